@@ -1,0 +1,117 @@
+"""Torch reference implementations ("goldens") of the op contracts of DESIGN §4.
+
+One module per op, each with ``compute(inputs, dtype) -> dict``; ``common.py``
+holds the math they share.  Goldens share no code with any kernel.
+
+``compute(op, inputs, dtype)`` takes ``CaseInputs.args`` (CPU tensors, scalars as
+Python numbers, caches in their pre-launch state; nothing is modified) and does
+all math in ``dtype`` (float32, or float64 on request).  It returns CPU tensors
+in ``dtype``:
+
+- every output of the op by name, full shape;
+- for ops that write the cache, ``k_cache`` and ``v_cache``: the row each written
+  row *would* write, one per row in row order whatever its slot (``[rows, Hkv, D]``,
+  ``[L, B, Hkv, D]`` for ``decode_layers``); the checker keeps the rows whose
+  slot is >= 0.
+
+Each op module's docstring states how the golden reads what the contract leaves
+open.  ``source_hash(op)`` fingerprints the source files an op's golden depends
+on, so the golden cache (``goldens.cache``) never serves a stale result.
+
+Importing this package touches no device, no disk and no environment.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from goldens.common import GoldenInputError
+
+__all__ = ["GOLDEN_DTYPES", "GoldenInputError", "compute", "ops", "output_names", "source_hash"]
+
+# op name -> its golden module (goldens/<op>.py); a registry, not an if-chain.
+_MODULES: dict[str, str] = {
+    "rope_kv_write": "goldens.rope_kv_write",
+    "paged_decode_attention": "goldens.paged_decode_attention",
+    "fused_rope_decode_attention": "goldens.fused_rope_decode_attention",
+    "prefill_attention": "goldens.prefill_attention",
+    "decode_layers": "goldens.decode_layers",
+}
+GOLDEN_DTYPES = (torch.float32, torch.float64)
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def ops() -> tuple[str, ...]:
+    return tuple(_MODULES)
+
+
+def output_names(op: str) -> tuple[str, ...]:
+    """Names ``compute(op, ...)`` returns: the op's outputs, then ``k_cache``, ``v_cache`` if it writes them."""
+    from harness.ops import OPS
+
+    spec = OPS[_known(op)]
+    names = tuple(a.name for a in spec.outputs)
+    return names + (tuple(a.name for a in spec.caches) if spec.writes_cache else ())
+
+
+def compute(op: str, inputs: Mapping[str, Any], dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """The golden values of ``op`` for ``inputs`` (``CaseInputs.args``), computed in ``dtype``."""
+    module = importlib.import_module(_MODULES[_known(op)])
+    if dtype not in GOLDEN_DTYPES:
+        raise GoldenInputError(f"golden dtype must be one of {GOLDEN_DTYPES}, not {dtype}")
+    _check_inputs(op, inputs)
+    with torch.no_grad():
+        result = module.compute(inputs, dtype)
+    if set(result) != set(output_names(op)):   # a bug in the golden, not in the inputs
+        raise AssertionError(f"golden {op} returned {sorted(result)}, expected {sorted(output_names(op))}")
+    inputs_storage = {t.untyped_storage().data_ptr() for t in inputs.values() if isinstance(t, torch.Tensor)}
+    return {name: _detached(result[name], dtype, inputs_storage) for name in output_names(op)}
+
+
+def source_hash(op: str) -> str:
+    """sha256 (16 hex) of the files ``op``'s golden depends on: its module, ``common.py``, ``__init__.py``.
+
+    Read once per process: it describes the code this process loaded.
+    """
+    return _source_hash(_known(op))
+
+
+@lru_cache(maxsize=None)
+def _source_hash(op: str) -> str:
+    digest = hashlib.sha256()
+    for name in (f"{op}.py", "common.py", "__init__.py"):
+        digest.update(name.encode() + b"\0" + (_PACKAGE_DIR / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _known(op: str) -> str:
+    if op not in _MODULES:
+        raise KeyError(f"no golden for op {op!r}; known: {', '.join(_MODULES)}")
+    return op
+
+
+def _check_inputs(op: str, inputs: Mapping[str, Any]) -> None:
+    from harness.ops import OPS
+
+    needed = [a.name for a in OPS[op].args if a.role != "output"]
+    missing = [name for name in needed if name not in inputs]
+    if missing:
+        raise GoldenInputError(f"golden {op}: missing inputs {', '.join(missing)}")
+    for name in needed:
+        value = inputs[name]
+        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+            raise GoldenInputError(f"golden {op}: input {name} is on {value.device}; goldens take CPU tensors")
+
+
+def _detached(t: torch.Tensor, dtype: torch.dtype, inputs_storage: set[int]) -> torch.Tensor:
+    """A CPU tensor in dtype that shares no memory with any input (callers may write to it)."""
+    t = t.detach().to("cpu", dtype)
+    if t.untyped_storage().data_ptr() in inputs_storage:
+        t = t.clone()
+    return t

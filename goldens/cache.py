@@ -1,0 +1,183 @@
+"""The golden cache: computed goldens kept on disk, keyed by what determines them.
+
+A key is the sha256 of the canonical JSON of ``{op, golden: source_hash(op),
+spec, dtype}``; ``spec`` is ``CaseInputs.spec`` (the canonical input
+description: geometry, modes, seed and a hash of the input generator).  So a
+change to the inputs, the generator or the golden's source is a new key, and
+old entries are simply never read again.
+
+One safetensors file per key, ``<root>/<op>/<key>.safetensors``, written to a
+temp file in the same folder and moved into place with ``os.replace``: readers
+in other worker processes see the whole file or none.  A file that cannot be
+read, or does not hold what the key promises (names, dtype, the key itself
+and a sha256 of the payload are checked), is a miss: the golden is
+recomputed and the file overwritten.  Failing to write is not an error either
+(the computed goldens are still returned); it is logged.
+
+A small in-memory LRU in front of the disk serves repeated identical cases in
+one worker process.  Every caller gets its own copy of the tensors, so writing
+to a result never changes what the cache serves next.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+import goldens
+
+log = logging.getLogger(__name__)
+
+MEMORY_ENTRIES = 4
+_SUFFIX = ".safetensors"
+
+
+def default_cache_dir() -> Path:
+    """``$HARNESS_GOLDEN_CACHE``, else ``$XDG_CACHE_HOME/fused-kernel-harness/goldens``, else ``~/.cache/...``."""
+    explicit = os.environ.get("HARNESS_GOLDEN_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "fused-kernel-harness" / "goldens"
+
+
+class GoldenCache:
+    """Goldens by key, from memory, then disk, else computed.  ``root=None`` disables caching."""
+
+    def __init__(self, root: Path | str | None, memory_entries: int = MEMORY_ENTRIES):
+        self.root = Path(root) if root is not None else None
+        self.memory_entries = memory_entries
+        self._memory: OrderedDict[str, dict[str, torch.Tensor]] = OrderedDict()
+        self.hits = 0            # served from memory or disk
+        self.memory_hits = 0     # of which from memory
+        self.computed = 0        # computed by the golden
+        self.unreadable = 0      # files found but not usable (corrupt, wrong content): recomputed
+        self.write_errors = 0    # results that could not be stored
+
+    @property
+    def enabled(self) -> bool:
+        return self.root is not None
+
+    def key(self, op: str, spec: Mapping[str, Any], dtype: torch.dtype = torch.float32) -> str:
+        document = {"op": op, "golden": goldens.source_hash(op), "spec": spec, "dtype": _dtype_name(dtype)}
+        text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False, default=_not_json)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def path(self, op: str, key: str) -> Path:
+        if self.root is None:
+            raise ValueError("the golden cache is disabled (root=None): it has no files")
+        return self.root / op / (key + _SUFFIX)
+
+    def get_or_compute(self, op: str, spec: Mapping[str, Any], inputs: Mapping[str, Any],
+                       dtype: torch.dtype = torch.float32) -> tuple[dict[str, torch.Tensor], bool]:
+        """``(goldens, hit)``: the cached goldens of this case, or freshly computed and stored."""
+        if not self.enabled:
+            self.computed += 1
+            return goldens.compute(op, inputs, dtype), False
+        key = self.key(op, spec, dtype)
+        cached = self._from_memory(key)
+        if cached is not None:
+            self.hits += 1
+            self.memory_hits += 1
+            return _copy(cached), True
+        cached = self._from_disk(op, key, dtype)
+        if cached is not None:
+            self.hits += 1
+            self._remember(key, cached)
+            return _copy(cached), True
+        result = goldens.compute(op, inputs, dtype)
+        self.computed += 1
+        self._store(op, key, dtype, result)
+        self._remember(key, _copy(result))
+        return result, False
+
+    # -- memory ----------------------------------------------------------------------------
+    def _from_memory(self, key: str) -> dict[str, torch.Tensor] | None:
+        if key not in self._memory:
+            return None
+        self._memory.move_to_end(key)
+        return self._memory[key]
+
+    def _remember(self, key: str, result: dict[str, torch.Tensor]) -> None:
+        if self.memory_entries <= 0:
+            return
+        self._memory[key] = result
+        self._memory.move_to_end(key)
+        while len(self._memory) > self.memory_entries:
+            self._memory.popitem(last=False)
+
+    # -- disk ------------------------------------------------------------------------------
+    def _from_disk(self, op: str, key: str, dtype: torch.dtype) -> dict[str, torch.Tensor] | None:
+        path = self.path(op, key)
+        if not path.exists():
+            return None
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                metadata = f.metadata() or {}
+                tensors = {name: f.get_tensor(name) for name in f.keys()}
+        except (OSError, SafetensorError) as exc:
+            return self._unusable(path, f"{type(exc).__name__}: {exc}")
+        if set(tensors) != set(goldens.output_names(op)):
+            return self._unusable(path, f"holds {sorted(tensors)}, not the outputs of {op}")
+        if any(t.dtype != dtype for t in tensors.values()):
+            return self._unusable(path, f"holds tensors that are not {dtype}")
+        if metadata.get("key") != key or metadata.get("digest") != _digest(tensors):
+            return self._unusable(path, "its key or content digest does not match")
+        return tensors
+
+    def _unusable(self, path: Path, why: str) -> None:
+        log.warning("golden cache: %s is unusable (%s); recomputing", path, why)
+        self.unreadable += 1
+        return None
+
+    def _store(self, op: str, key: str, dtype: torch.dtype, result: Mapping[str, torch.Tensor]) -> None:
+        path = self.path(op, key)
+        tensors = {name: t.detach().contiguous().clone() for name, t in result.items()}
+        metadata = {"op": op, "key": key, "dtype": _dtype_name(dtype), "digest": _digest(tensors)}
+        tmp_name = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{key[:16]}-", suffix=".tmp",
+                                             delete=False) as tmp:
+                tmp_name = tmp.name
+            save_file(tensors, tmp_name, metadata=metadata)
+            os.replace(tmp_name, path)
+            tmp_name = None
+        except (OSError, SafetensorError) as exc:     # a full or read-only disk: keep going uncached
+            self.write_errors += 1
+            log.warning("golden cache: could not store %s (%s)", path, exc)
+        finally:
+            if tmp_name is not None:
+                Path(tmp_name).unlink(missing_ok=True)
+
+
+def _copy(result: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: t.clone() for name, t in result.items()}
+
+
+def _digest(tensors: Mapping[str, torch.Tensor]) -> str:
+    """sha256 of names, dtypes, shapes and bytes: a file whose payload was damaged is a miss."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        digest.update(f"{name}:{_dtype_name(t.dtype)}:{tuple(t.shape)}\0".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"golden cache spec holds {type(value).__name__} {value!r}, which has no canonical JSON form")

@@ -1,0 +1,37 @@
+"""Golden of ``fused_rope_decode_attention``: ``rope_kv_write`` then paged decode attention.
+
+DESIGN §4: the prologue of ``rope_kv_write`` (see that golden), then attention in
+which the current token (position ``seq_len-1``) uses the k/v just computed.
+
+Our readings of what the contract leaves open:
+- Attention consumes the values as the contract stores them: q, k and v are
+  rounded to bf16 (the ``query`` output and the cache are bf16), then upcast
+  back to the requested dtype.  The returned ``query`` and k/v rows are the
+  exact, unrounded values.
+- Positions ``0..seq_len-2`` come from the *pre-launch* cache (a physical
+  gather through ``block_table``; aliasing pages read what they held before
+  launch), position ``seq_len-1`` from the fresh k/v, whatever the row's slot.
+- RoPE uses ``positions`` (the contract has it equal ``seq_len-1``); the
+  attended range uses ``seq_lens``.
+- ``out`` is computed for every row; the checker ignores rows with slot < 0.
+
+Returns ``out [B, Hq, D]``, ``query [B, Hq, D]`` and the k/v rows ``[B, Hkv, D]``
+each batch row would write (``k_cache``, ``v_cache``).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from goldens.common import as_stored, decode_attention, rope_kv_rows
+
+
+def compute(inputs: Mapping[str, Any], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    q, k, v = rope_kv_rows(inputs, dtype)
+    out = decode_attention(
+        as_stored(q), as_stored(k), as_stored(v), inputs["k_cache"], inputs["v_cache"],
+        inputs["block_table"], inputs["seq_lens"], float(inputs["scale"]),
+    )
+    return {"out": out, "query": q, "k_cache": k, "v_cache": v}

@@ -1,0 +1,175 @@
+"""The values one expanded case carries: geometry, input modes, tolerances.
+
+Pure data with plain-JSON wire forms, so a case crosses the pipe to a device
+worker and into the store unchanged.  ``matrix.py`` builds these from YAML and
+validates them; ``inputs.py`` (in the worker) turns them into tensors.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Geometry:
+    batch: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    page_size: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    num_layers: int
+    rope_theta: float
+    eps: float
+    num_pages: int | None = None   # None: derived from batch and the longest sequence
+
+    @property
+    def group(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+
+GEOMETRY_FIELDS = tuple(f for f in Geometry.__dataclass_fields__)
+
+PRESETS: dict[str, Geometry] = {
+    "qwen3-14b": Geometry(
+        batch=16, num_heads=40, num_kv_heads=8, head_dim=128, page_size=128,
+        hidden=5120, intermediate=17408, vocab=152064, num_layers=40,
+        rope_theta=1_000_000.0, eps=1e-6,
+    ),
+    # CI-sized: every structural feature of the real one (GQA group > 1, several
+    # pages per sequence, head_dim with a real rotate-half split), CPU-cheap.
+    "tiny": Geometry(
+        batch=4, num_heads=4, num_kv_heads=2, head_dim=32, page_size=16,
+        hidden=128, intermediate=256, vocab=512, num_layers=1,
+        rope_theta=1_000_000.0, eps=1e-6,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class SeqLens:
+    """``const(n)`` | ``uniform(lo, hi)`` (inclusive) | an explicit list | ``multi_block``."""
+
+    kind: str                      # const | uniform | list | multi_block
+    values: tuple[int, ...] = ()
+
+    def max_len(self, page_size: int) -> int:
+        if self.kind == "multi_block":
+            return max(multi_block_lengths(page_size))
+        if self.kind == "uniform":
+            return self.values[1]
+        return max(self.values)
+
+    def min_len(self, page_size: int) -> int:
+        if self.kind == "multi_block":
+            return min(multi_block_lengths(page_size))
+        return min(self.values)
+
+    def __str__(self) -> str:
+        if self.kind == "const":
+            return f"const({self.values[0]})"
+        if self.kind == "uniform":
+            return f"uniform({self.values[0]},{self.values[1]})"
+        if self.kind == "multi_block":
+            return "multi_block"
+        return "[" + ",".join(str(v) for v in self.values) + "]"
+
+
+def multi_block_lengths(page_size: int) -> tuple[int, ...]:
+    """Lengths that end just before, on, and just after page boundaries (1 to 4 pages)."""
+    p = page_size
+    return (p - 1, p, p + 1, 2 * p - 1, 2 * p + 1, 3 * p, 3 * p + 1, 4 * p)
+
+
+@dataclass(frozen=True)
+class SlotMode:
+    """``arange`` | ``random`` | ``const(v)`` | ``padded(f)``."""
+
+    kind: str                      # arange | random | const | padded
+    value: float | int | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "const":
+            return f"const({self.value})"
+        if self.kind == "padded":
+            return f"padded({self.value:g})"
+        return self.kind
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+    max_error_ratio: float
+    argmax_margin: float | None = None   # logits only: golden top-2 gap below which an argmax flip is a near tie
+
+
+DEFAULT_TOLERANCE = Tolerance(atol=3e-3, rtol=3e-3, max_error_ratio=0.005)
+# fp32 logits after L layers of bf16 weights and activations drift further than one bf16 rounding.
+DEFAULT_LOGITS_TOLERANCE = Tolerance(atol=5e-2, rtol=2e-2, max_error_ratio=0.01, argmax_margin=5e-2)
+
+
+@dataclass(frozen=True)
+class Case:
+    case_id: str
+    matrix: str                     # the matrix name (file stem unless `name:` is given)
+    source: str                     # "cases/decode.yaml:12": where the case was defined
+    op: str
+    kernel: str                     # builtin name or "package.module:callable"
+    geometry: Geometry
+    seq_lens: SeqLens
+    slot_mode: SlotMode
+    seed: int
+    tolerance: dict[str, Tolerance] = field(default_factory=dict)  # per output/cache name; missing → default
+    chunk_size: int | None = None
+    block_value: int | None = None
+    scratch_pages: int | None = None
+    timeout_s: float = 60.0
+    env: dict[str, str] = field(default_factory=dict)
+    tier: str = "ci"
+    params: dict[str, Any] = field(default_factory=dict)   # every value the case was given, for reports
+
+    # -- derived geometry --------------------------------------------------
+    @property
+    def max_blocks(self) -> int:
+        """MB: blocks per sequence, enough for the longest sequence the spec can produce."""
+        return max(1, math.ceil(self.seq_lens.max_len(self.geometry.page_size) / self.geometry.page_size))
+
+    @property
+    def max_pos(self) -> int:
+        return self.max_blocks * self.geometry.page_size
+
+    @property
+    def num_pages(self) -> int:
+        if self.scratch_pages is not None:
+            return self.scratch_pages
+        if self.geometry.num_pages is not None:
+            return self.geometry.num_pages
+        return self.geometry.batch * self.max_blocks
+
+    def tolerance_for(self, name: str) -> Tolerance:
+        if name in self.tolerance:
+            return self.tolerance[name]
+        return DEFAULT_LOGITS_TOLERANCE if name == "logits" else DEFAULT_TOLERANCE
+
+    # -- wire form ---------------------------------------------------------
+    def to_wire(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["seq_lens"] = {"kind": self.seq_lens.kind, "values": list(self.seq_lens.values)}
+        data["slot_mode"] = {"kind": self.slot_mode.kind, "value": self.slot_mode.value}
+        return data
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> "Case":
+        data = dict(data)
+        data["geometry"] = Geometry(**data["geometry"])
+        data["seq_lens"] = SeqLens(data["seq_lens"]["kind"], tuple(data["seq_lens"]["values"]))
+        data["slot_mode"] = SlotMode(data["slot_mode"]["kind"], data["slot_mode"]["value"])
+        data["tolerance"] = {k: Tolerance(**v) for k, v in data["tolerance"].items()}
+        return cls(**data)
+
+    def with_seed(self, seed: int) -> "Case":
+        return replace(self, seed=seed)

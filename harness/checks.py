@@ -1,0 +1,224 @@
+"""Every check of DESIGN §5 for one launched case (runs in the device worker).
+
+Each check yields findings; the case's outcome is the most specific finding
+(``outcomes.CHECK_PRECEDENCE``): a guard band touched explains a mismatch, a
+poisoned element explains a NaN.  All findings are kept in the report so an
+engineer sees the whole picture, first cause first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.case import Case
+from harness.compare import Comparison, ratio_allclose
+from harness.inputs import CaseInputs
+from harness.launch import Launched, poison_mask
+from harness.outcomes import CHECK_PRECEDENCE, Outcome
+
+_MAX_LISTED = 8
+
+
+@dataclass(frozen=True)
+class Finding:
+    outcome: Outcome
+    message: str                       # one line, names the buffer
+    detail: str = ""                   # the multi-line comparison report, when there is one
+
+
+@dataclass
+class Verdict:
+    outcome: Outcome
+    findings: list[Finding]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> str:
+        if not self.findings:
+            return "all outputs, caches and guard bands match"
+        return self.findings[0].message
+
+    @property
+    def report(self) -> str:
+        parts = []
+        for f in self.findings:
+            parts.append(f"[{f.outcome.value}] {f.message}")
+            if f.detail:
+                parts.append(f.detail)
+        return "\n".join(parts)
+
+
+def check(case: Case, ci: CaseInputs, goldens: dict[str, torch.Tensor], launched: Launched) -> Verdict:
+    findings: list[Finding] = []
+    metrics: dict[str, Any] = {"compare": {}}
+    findings += _check_guards(launched)
+    if launched.returned:
+        findings.append(Finding(Outcome.CONTRACT, f"return value: {launched.returned}"))
+    for arg in ci.op.outputs:
+        rows = ci.compare_rows if arg.name in ci.op.slot_masked_outputs else None
+        findings += _check_output(case, ci, arg.name, arg.axes, launched.outputs[arg.name],
+                                  goldens[arg.name], rows, metrics)
+    for arg in ci.op.caches:
+        findings += _check_cache(case, ci, arg.name, ci.args[arg.name], launched.caches[arg.name],
+                                 goldens.get(arg.name), metrics)
+    findings.sort(key=lambda f: CHECK_PRECEDENCE.index(f.outcome))
+    outcome = findings[0].outcome if findings else Outcome.PASS
+    return Verdict(outcome, findings, metrics)
+
+
+# -- guard bands ----------------------------------------------------------------
+
+def _check_guards(launched: Launched) -> list[Finding]:
+    findings = []
+    for name, (before, after) in launched.guard_damage.items():
+        if not before and not after:
+            continue
+        where = []
+        if before:
+            where.append(f"{len(before)} elements before the start (offsets {_span(before)})")
+        if after:
+            where.append(f"{len(after)} elements past the end (offsets {_span(after)})")
+        findings.append(Finding(Outcome.OOB_WRITE, f"{name}: guard band overwritten: " + " and ".join(where)))
+    return findings
+
+
+def _span(offsets: list[int]) -> str:
+    return f"{offsets[0]}..{offsets[-1]}" if len(offsets) > 1 else str(offsets[0])
+
+
+# -- outputs --------------------------------------------------------------------
+
+def _check_output(case: Case, ci: CaseInputs, name: str, axes, actual: torch.Tensor,
+                  expected: torch.Tensor, rows: torch.Tensor | None, metrics: dict) -> list[Finding]:
+    if rows is not None and not bool(rows.any()):
+        metrics["compare"][name] = {"skipped": "every row has slot < 0"}
+        return []
+    findings = []
+    row_mask = rows if rows is not None else torch.ones(actual.shape[0], dtype=torch.bool)
+    compared = row_mask.view(-1, *([1] * (actual.dim() - 1))).expand(actual.shape)
+
+    unwritten = poison_mask(actual) & compared
+    n_unwritten = int(unwritten.sum())
+    if n_unwritten:
+        where = _where(unwritten, axes)
+        findings.append(Finding(
+            Outcome.UNWRITTEN,
+            f"{name}: {n_unwritten} / {int(compared.sum())} elements never written (poison left){where}",
+        ))
+    nonfinite = ~torch.isfinite(actual.float()) & compared & ~unwritten
+    n_nonfinite = int(nonfinite.sum())
+    if n_nonfinite:
+        findings.append(Finding(
+            Outcome.NONFINITE,
+            f"{name}: {n_nonfinite} NaN/Inf elements computed by the kernel{_where(nonfinite, axes)}",
+        ))
+
+    tol = case.tolerance_for(name)
+    groups = {"batch": (0, ci.row_seq)} if case.op == "prefill_attention" else None
+    cmp = ratio_allclose(actual, expected, atol=tol.atol, rtol=tol.rtol, max_error_ratio=tol.max_error_ratio,
+                         name=name, axes=axes, groups=groups, rows=rows)
+    metrics["compare"][name] = cmp.to_metrics()
+    if not cmp.passed:
+        findings.append(Finding(Outcome.MISMATCH, _mismatch_line(cmp), cmp.report()))
+    elif tol.argmax_margin is not None:
+        findings += _check_argmax(name, actual, expected, row_mask, tol.argmax_margin, metrics)
+    return findings
+
+
+def _mismatch_line(cmp: Comparison) -> str:
+    return (f"{cmp.name}: {cmp.bad_count} / {cmp.numel} elements bad ({100 * cmp.bad_ratio:.1f}%), "
+            f"allowed {cmp.allowed_bad}; greatest |diff| {cmp.max_abs_error:.4g} at {cmp.max_abs_index}")
+
+
+def _where(mask: torch.Tensor, axes) -> str:
+    """`` in batch [1, 3], head [0..3]``: which indices of each named axis hold any flagged element."""
+    parts = []
+    for dim, axis in enumerate(axes):
+        if axis is None:
+            continue
+        other = [d for d in range(mask.dim()) if d != dim]
+        hit = mask.any(dim=other) if other else mask
+        idx = hit.nonzero().flatten().tolist()
+        if len(idx) == mask.shape[dim]:
+            parts.append(f"{axis} all {len(idx)}")
+        else:
+            shown = ", ".join(map(str, idx[:_MAX_LISTED])) + (", ..." if len(idx) > _MAX_LISTED else "")
+            parts.append(f"{axis} [{shown}]")
+    return " in " + ", ".join(parts) if parts else ""
+
+
+def _check_argmax(name: str, actual: torch.Tensor, expected: torch.Tensor, rows: torch.Tensor,
+                  margin: float, metrics: dict) -> list[Finding]:
+    """An argmax flip is a near tie when the golden's logit gap between the two picks is within margin."""
+    a_arg = actual.float().argmax(dim=-1)
+    e_arg = expected.argmax(dim=-1)
+    flipped = ((a_arg != e_arg) & rows).nonzero().flatten().tolist()
+    ties, hard = [], []
+    for r in flipped:
+        gap = float(expected[r, e_arg[r]] - expected[r, a_arg[r]])
+        (ties if gap <= margin else hard).append((r, int(a_arg[r]), int(e_arg[r]), gap))
+    metrics["argmax"] = {"compared_rows": int(rows.sum()), "near_ties": len(ties), "flips": len(hard)}
+    findings = []
+    if hard:
+        r, a, e, gap = hard[0]
+        findings.append(Finding(
+            Outcome.MISMATCH,
+            f"{name}: argmax differs in {len(hard)} rows beyond the near-tie margin {margin:g}: "
+            f"row {r} picked {a}, golden {e} (golden gap {gap:.4g})",
+        ))
+    if ties:
+        r, a, e, gap = ties[0]
+        findings.append(Finding(
+            Outcome.NEAR_TIE,
+            f"{name}: argmax differs in {len(ties)} rows within the near-tie margin {margin:g}: "
+            f"row {r} picked {a}, golden {e} (golden gap {gap:.4g})",
+        ))
+    return findings
+
+
+# -- caches -----------------------------------------------------------------------
+
+def _check_cache(case: Case, ci: CaseInputs, name: str, before: torch.Tensor, after: torch.Tensor,
+                 golden_rows: torch.Tensor | None, metrics: dict) -> list[Finding]:
+    """Rows at valid slots match the golden; every other row is bit-identical to its canary."""
+    P = case.geometry.page_size
+    layered = before.dim() == 5
+    L = before.shape[0] if layered else 1
+    row_shape = before.shape[-2:]
+    flat_before = before.reshape(L, -1, *row_shape)
+    flat_after = after.reshape(L, -1, *row_shape)
+    findings = []
+
+    written = ci.slots[ci.slots >= 0] if ci.op.writes_cache else ci.slots[:0]
+    if golden_rows is not None and len(written):
+        valid = ci.slots >= 0
+        expected = (golden_rows if layered else golden_rows.unsqueeze(0))[:, valid]
+        actual = flat_after[:, written]
+        tol = case.tolerance_for(name)
+        cmp = ratio_allclose(
+            actual, expected, atol=tol.atol, rtol=tol.rtol, max_error_ratio=tol.max_error_ratio,
+            name=f"{name} rows", axes=("layer", "row", "kv_head", None),
+            groups={"page": (1, written // P), "batch": (1, ci.row_seq[valid])},
+        )
+        metrics["compare"][name] = cmp.to_metrics()
+        if not cmp.passed:
+            findings.append(Finding(Outcome.MISMATCH, _mismatch_line(cmp), cmp.report()))
+
+    untouched = torch.ones(flat_before.shape[1], dtype=torch.bool)
+    untouched[written] = False
+    bits = torch.int16
+    changed = (flat_after.view(bits) != flat_before.view(bits)).flatten(2).any(dim=2) & untouched
+    n_changed = int(changed.sum())
+    if n_changed:
+        listed = []
+        for layer, slot in changed.nonzero().tolist()[:_MAX_LISTED]:
+            prefix = f"layer {layer} " if layered else ""
+            listed.append(f"{prefix}slot {slot} (page {slot // P}, offset {slot % P})")
+        more = ", ..." if n_changed > _MAX_LISTED else ""
+        findings.append(Finding(
+            Outcome.CONTRACT,
+            f"{name}: {n_changed} rows outside the slot mapping changed: {', '.join(listed)}{more}",
+        ))
+    return findings

@@ -1,0 +1,680 @@
+"""Ratio-allclose: the elementwise check kernel teams use, with a localisation (DESIGN §5).
+
+Semantics
+---------
+``ratio_allclose(actual, expected, atol=, rtol=, max_error_ratio=)``:
+
+* values are compared in float32, or float64 when either input is float64
+  (bf16/fp16 are widened exactly before anything is subtracted);
+* an element is *bad* when ``|a - e| > atol + rtol * |e|``, evaluated in that
+  dtype as the expression reads (``rtol * |e|`` rounded, then ``+ atol`` rounded);
+* an element where either side is NaN or +-Inf is bad too, and any such element
+  fails the comparison whatever ``max_error_ratio`` says;
+* it passes when ``bad_count <= round(max_error_ratio * numel)`` and nothing is
+  non-finite.  ``round`` is Python's (half to even: 2.5 -> 2, 1.5 -> 2).
+
+``numel`` counts compared elements only: with ``rows=`` (a bool mask over dim 0)
+the other rows are skipped entirely (not counted, not checked for NaN).  Every
+index reported is an index of the full tensor.
+
+The relative error ``|a - e| / |e|`` (inf where ``e == 0 != a``, 0 where both
+are 0) is reported but decides nothing.
+
+The input is walked in chunks of at most ``chunk_elems`` elements, each made of
+whole rows of the trailing dims, through preallocated buffers: the extra
+memory is O(chunk_elems) plus one counter per index of each localised dim,
+whatever the size of the inputs.  Chunks with nothing bad and nothing
+non-finite cost no localisation work (the compared-element counts per index
+follow from the shape and ``rows``).
+
+Failures of the *call* (shapes differ, a bad ``axes``/``groups``/``rows``/
+tolerance) raise ``ValueError``; a mismatch is an ordinary ``Comparison``
+with ``passed=False``.
+
+Report format
+-------------
+``Comparison.report()`` renders one fixed text, numbers with ``:.6g``,
+percentages with one decimal (``<0.1%`` / ``>99.9%`` when rounding would hide
+a non-zero or a non-total share)::
+
+    out: MISMATCH 1234 / 2048 elements bad (60.3%), allowed 10 (max_error_ratio 0.005) with atol 0.003, rtol 0.003
+      greatest absolute difference: 2.5 at index (3, 1, 7) (up to 0.010875 allowed)
+      greatest relative difference: 0.952381 at index (3, 1, 7)
+      worst elements: (3, 1, 7) actual 0.125 expected 2.625 |diff| 2.5; (0, 2, 1) actual ...
+      non-finite: actual 0, expected 0
+      localisation:
+        batch: all 16 indices bad (min 58.0%, max 63.1%)
+        head: 1 of 4 bad: [2] 100.0%
+
+* First word after the name: ``PASS``, ``MISMATCH`` (too many bad elements) or
+  ``NONFINITE`` (a NaN/Inf among compared elements; checked first).
+* "up to X allowed" is ``atol + rtol * |e|`` at the index of the greatest
+  absolute difference.  Both "greatest" lines are over pairs where both sides
+  are finite; with no such pair they read ``none (no finite pairs compared)``.
+* ``worst elements``: up to 5 bad elements, largest ``|diff|`` first (NaN and
+  Inf pairs rank above every finite one; ties go to the lower row-major index),
+  joined by ``"; "``; ``none`` when nothing is bad.
+* ``localisation`` (present when ``axes`` or ``groups`` named something), one
+  line per name, in the order axes then groups; ``K`` counts the indices that
+  had compared elements:
+
+  - ``name: none of K indices bad``
+  - ``name: all K indices bad (min a%, max b%)``
+  - ``name: n of K bad: [i] r%, [j] r%`` (n <= 8: every bad index, index order)
+  - ``name: n of K bad (min a%, max b%); clean: [i], [j]`` (n > 8, at most 8 clean)
+  - ``name: n of K bad (min a%, max b%): [i] r%, ... (8 listed), ...`` otherwise
+  - each followed by ``; U not compared`` when U indices had no compared element.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from harness.outcomes import Outcome
+
+__all__ = ["Comparison", "ratio_allclose"]
+
+Index = tuple[int, ...]
+
+_KEEP_WORST = 5
+_KEEP_FIRST = 5
+_KEEP_LISTED = 8
+# A chunk whose bad elements are fewer than 1/_SPARSE of it is localised from
+# the bad elements' flat indices; denser ones by reducing the mask.
+_SPARSE = 16
+
+
+# --------------------------------------------------------------------------
+# The result and its rendering
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict of one ``ratio_allclose`` call, kept as data, rendered late."""
+
+    name: str
+    passed: bool
+    numel: int
+    bad_count: int
+    allowed_bad: int
+    atol: float
+    rtol: float
+    max_error_ratio: float
+    nonfinite_actual: int
+    nonfinite_expected: int
+    max_abs_error: float                 # NaN when no finite pair was compared
+    max_abs_index: Index                 # () when no finite pair was compared
+    max_abs_allowed: float               # atol + rtol*|e| at max_abs_index
+    max_rel_error: float
+    max_rel_index: Index
+    worst: tuple[tuple[Index, float, float, float], ...]
+    first_bad: tuple[Index, ...]
+    localisation: dict[str, tuple[float, ...]]
+
+    @property
+    def bad_ratio(self) -> float:
+        return self.bad_count / self.numel if self.numel else 0.0
+
+    @property
+    def outcome(self) -> Outcome:
+        """PASS, NONFINITE (any NaN/Inf compared) or MISMATCH (too many bad)."""
+        if self.nonfinite_actual or self.nonfinite_expected:
+            return Outcome.NONFINITE
+        return Outcome.PASS if self.passed else Outcome.MISMATCH
+
+    def to_metrics(self) -> dict[str, Any]:
+        """Every field as plain JSON types (tuples become lists).
+
+        Floats stay floats, so NaN (an index with nothing compared, no finite
+        pair) and inf (relative error against a zero) pass through as
+        ``json.dumps`` writes them by default.
+        """
+        data = {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+        data["bad_ratio"] = self.bad_ratio
+        data["outcome"] = self.outcome.value
+        return data
+
+    def report(self) -> str:
+        lines = [self._headline()]
+        if self._has_finite_pair():
+            lines.append(
+                f"  greatest absolute difference: {_num(self.max_abs_error)} at index "
+                f"{_idx(self.max_abs_index)} (up to {_num(self.max_abs_allowed)} allowed)")
+            lines.append(
+                f"  greatest relative difference: {_num(self.max_rel_error)} at index "
+                f"{_idx(self.max_rel_index)}")
+        else:
+            lines.append("  greatest absolute difference: none (no finite pairs compared)")
+            lines.append("  greatest relative difference: none (no finite pairs compared)")
+        if self.worst:
+            worst = "; ".join(
+                f"{_idx(i)} actual {_num(a)} expected {_num(e)} |diff| {_num(d)}"
+                for i, a, e, d in self.worst)
+        else:
+            worst = "none"
+        lines.append(f"  worst elements: {worst}")
+        lines.append(f"  non-finite: actual {self.nonfinite_actual}, "
+                     f"expected {self.nonfinite_expected}")
+        if self.localisation:
+            lines.append("  localisation:")
+            lines.extend(f"    {_summarise(name, ratios)}"
+                         for name, ratios in self.localisation.items())
+        return "\n".join(lines)
+
+    def _has_finite_pair(self) -> bool:
+        return not math.isnan(self.max_abs_error)
+
+    def _headline(self) -> str:
+        return (f"{self.name}: {self.outcome.value} {self.bad_count} / {self.numel} elements bad "
+                f"({_pct(self.bad_ratio)}), allowed {self.allowed_bad} "
+                f"(max_error_ratio {_num(self.max_error_ratio)}) "
+                f"with atol {_num(self.atol)}, rtol {_num(self.rtol)}")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _num(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def _idx(index: Index) -> str:
+    return repr(tuple(index))
+
+
+def _pct(ratio: float) -> str:
+    text = f"{100.0 * ratio:.1f}%"
+    if ratio > 0 and text == "0.0%":
+        return "<0.1%"
+    if ratio < 1 and text == "100.0%":
+        return ">99.9%"
+    return text
+
+
+def _summarise(name: str, ratios: Sequence[float]) -> str:
+    compared = [(i, r) for i, r in enumerate(ratios) if not math.isnan(r)]
+    bad = [(i, r) for i, r in compared if r > 0]
+    n_cmp, n_bad = len(compared), len(bad)
+    not_compared = len(ratios) - n_cmp
+    tail = f"; {not_compared} not compared" if not_compared else ""
+    if n_bad == 0:
+        return f"{name}: none of {n_cmp} indices bad{tail}"
+    spread = f"min {_pct(min(r for _, r in bad))}, max {_pct(max(r for _, r in bad))}"
+    if n_bad == n_cmp:
+        return f"{name}: all {n_cmp} indices bad ({spread}){tail}"
+    listed = ", ".join(f"[{i}] {_pct(r)}" for i, r in bad[:_KEEP_LISTED])
+    if n_bad <= _KEEP_LISTED:
+        return f"{name}: {n_bad} of {n_cmp} bad: {listed}{tail}"
+    clean = [i for i, r in compared if r == 0]
+    if len(clean) <= _KEEP_LISTED:
+        shown = ", ".join(f"[{i}]" for i in clean)
+        return f"{name}: {n_bad} of {n_cmp} bad ({spread}); clean: {shown}{tail}"
+    return f"{name}: {n_bad} of {n_cmp} bad ({spread}): {listed}, ...{tail}"
+
+
+# --------------------------------------------------------------------------
+# Arguments ("not my input" is a ValueError, never a mismatch)
+# --------------------------------------------------------------------------
+
+def _check_tolerance(label: str, value: Any, upper: float | None = None) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{label} must be a number, got {value!r}") from None
+    if not math.isfinite(x) or x < 0 or (upper is not None and x > upper):
+        bound = f"in [0, {upper:g}]" if upper is not None else "finite and >= 0"
+        raise ValueError(f"{label} must be {bound}, got {value!r}")
+    return x
+
+
+def _check_tensors(actual: Any, expected: Any) -> None:
+    for label, t in (("actual", actual), ("expected", expected)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{label} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise ValueError(f"{label} must have a floating dtype, got {t.dtype}")
+    if actual.shape != expected.shape:
+        raise ValueError(f"shape mismatch: actual {tuple(actual.shape)} "
+                         f"vs expected {tuple(expected.shape)}")
+    if actual.device != expected.device:
+        raise ValueError(f"device mismatch: actual on {actual.device}, "
+                         f"expected on {expected.device}")
+
+
+def _check_axes(axes: Sequence[str | None] | None, ndim: int) -> dict[int, str]:
+    if axes is None:
+        return {}
+    axes = tuple(axes)
+    if len(axes) != ndim:
+        raise ValueError(f"axes has {len(axes)} entries for a {ndim}-dim tensor: {axes!r}")
+    named: dict[int, str] = {}
+    for dim, name in enumerate(axes):
+        if name is None:
+            continue
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"axes[{dim}] must be a non-empty str or None, got {name!r}")
+        if name in named.values():
+            raise ValueError(f"axes[{dim}]: axis name {name!r} used twice")
+        named[dim] = name
+    return named
+
+
+def _check_groups(groups: Mapping[str, tuple[int, Any]] | None, shape: tuple[int, ...],
+                  taken: set[str]) -> dict[str, tuple[int, torch.Tensor]]:
+    if not groups:
+        return {}
+    out: dict[str, tuple[int, torch.Tensor]] = {}
+    for name, spec in groups.items():
+        where = f"groups[{name!r}]"
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}: a group name must be a non-empty str")
+        if name in taken:
+            raise ValueError(f"{where}: name already used by an axis")
+        try:
+            dim, labels = spec
+        except (TypeError, ValueError):
+            raise ValueError(f"{where} must be (dim, labels), got {spec!r}") from None
+        if not isinstance(dim, int) or not -len(shape) <= dim < len(shape):
+            raise ValueError(f"{where}: dim {dim!r} out of range for shape {shape}")
+        dim %= len(shape)
+        labels = torch.as_tensor(labels).to("cpu")
+        if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
+            raise ValueError(f"{where}: labels must be integers, got {labels.dtype}")
+        if labels.shape != (shape[dim],):
+            raise ValueError(f"{where}: labels must have shape ({shape[dim]},) for dim {dim} "
+                             f"of {shape}, got {tuple(labels.shape)}")
+        out[name] = (dim, labels.to(torch.int64))
+    return out
+
+
+def _check_rows(rows: Any, shape: tuple[int, ...]) -> torch.Tensor | None:
+    if rows is None:
+        return None
+    if not shape:
+        raise ValueError("rows= needs a tensor with at least one dim")
+    mask = torch.as_tensor(rows).to("cpu")
+    if mask.dtype != torch.bool:
+        raise ValueError(f"rows must be a bool mask, got dtype {mask.dtype}")
+    if mask.shape != (shape[0],):
+        raise ValueError(f"rows must have shape ({shape[0]},), got {tuple(mask.shape)}")
+    return mask
+
+
+def _runs(mask: torch.Tensor | None, n: int) -> list[tuple[int, int]]:
+    """Maximal [start, stop) runs of selected rows along dim 0."""
+    if mask is None:
+        return [(0, n)] if n else []
+    runs: list[tuple[int, int]] = []
+    for i in torch.nonzero(mask).flatten().tolist():
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
+
+
+# --------------------------------------------------------------------------
+# The chunked walk
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Layout:
+    """How the (working) shape is cut into chunks.
+
+    Dims ``[split:]`` are whole in every chunk (``row`` elements per row); a
+    chunk is ``rows_per_chunk`` consecutive indices of dim ``split - 1`` at
+    fixed indices of the dims before it, so every chunk is a basic-indexing
+    view (no copy, whatever the strides) and chunks come in row-major order.
+    """
+
+    shape: tuple[int, ...]
+    split: int
+    row: int
+    rows_per_chunk: int
+
+    @classmethod
+    def plan(cls, shape: tuple[int, ...], chunk_elems: int) -> "_Layout":
+        split = len(shape)
+        for d in range(1, len(shape) + 1):
+            if math.prod(shape[d:]) <= chunk_elems:
+                split = d
+                break
+        row = math.prod(shape[split:])
+        return cls(shape, split, row, max(1, chunk_elems // max(row, 1)))
+
+    def chunks(self, start: int, stop: int):
+        """(outer, j, m) for the chunks covering dim-0 indices [start, stop)."""
+        d, k = self.split, self.rows_per_chunk
+        if d == 1:
+            for j in range(start, stop, k):
+                yield (), j, min(k, stop - j)
+            return
+        outers = itertools.product(range(start, stop), *(range(n) for n in self.shape[1:d - 1]))
+        size = self.shape[d - 1]
+        for outer in outers:
+            for j in range(0, size, k):
+                yield outer, j, min(k, size - j)
+
+    def index(self, outer: Index, j: int, q: int) -> Index:
+        """Full-tensor index of flat element ``q`` of chunk (outer, j)."""
+        r, c = divmod(q, self.row)
+        tail: list[int] = []
+        for n in reversed(self.shape[self.split:]):
+            c, i = divmod(c, n)
+            tail.append(i)
+        return outer + (j + r,) + tuple(reversed(tail))
+
+
+class _Walk:
+    """Mutable state of one comparison: buffers, running maxima, counters."""
+
+    def __init__(self, layout: _Layout, dtype: torch.dtype, device: torch.device,
+                 atol: float, rtol: float, loc_dims: set[int], numel: int, ndim: int):
+        self.layout = layout
+        self.dtype = dtype
+        self.atol, self.rtol = atol, rtol
+        # atol as the compute dtype holds it: tolerance >= this everywhere.
+        self.atol_c = torch.tensor(atol, dtype=dtype).item()
+        self.ndim = ndim                      # of the caller's tensor (0 for a scalar)
+        n = min(layout.rows_per_chunk * layout.row, max(numel, 1))
+        self.buf_a = torch.empty(n, dtype=dtype, device=device)
+        self.buf_e = torch.empty(n, dtype=dtype, device=device)
+        self.buf_d = torch.empty(n, dtype=dtype, device=device)
+        self.buf_t = torch.empty(n, dtype=dtype, device=device)
+        self.buf_r = torch.empty(n, dtype=dtype, device=device)
+        self.buf_b = torch.empty(n, dtype=torch.bool, device=device)
+        self.counts = {dim: torch.zeros(layout.shape[dim], dtype=torch.int64)
+                       for dim in sorted(loc_dims)}
+        self.bad = 0
+        self.nonfinite_a = 0
+        self.nonfinite_e = 0
+        self.max_abs, self.max_abs_at, self.max_abs_allowed = -1.0, None, math.nan
+        self.max_rel, self.max_rel_at = -1.0, None
+        self.worst: list[tuple[float, int, int, Index, float, float, float]] = []
+        self.first: list[Index] = []
+        self.seq = 0
+
+    # -- one chunk ---------------------------------------------------------
+
+    def add(self, actual: torch.Tensor, expected: torch.Tensor, outer: Index, j: int, m: int):
+        lay = self.layout
+        n = m * lay.row
+        view_shape = (m,) + lay.shape[lay.split:]
+        sel = outer + (slice(j, j + m),)
+        a, e = actual[sel], expected[sel]
+        if a.dtype != self.dtype:
+            a = self.buf_a[:n].view(view_shape).copy_(a)
+        if e.dtype != self.dtype:
+            e = self.buf_e[:n].view(view_shape).copy_(e)
+        d = self.buf_d[:n].view(view_shape)
+        t = self.buf_t[:n].view(view_shape)
+        torch.sub(a, e, out=d).abs_()
+        torch.abs(e, out=t)                          # |e| until the tolerance is formed
+        dmax = d.max().item()
+        ctx = (outer, j, a, e)
+        if math.isfinite(dmax):
+            self._fast(ctx, n, dmax)
+        else:
+            self._nonfinite(ctx, n)
+        self.seq += 1
+
+    def _fast(self, ctx, n: int, dmax: float) -> None:
+        d, t = self.buf_d[:n], self.buf_t[:n]
+        self._offer_max_abs(ctx, d, dmax)
+        if dmax == 0:
+            if self.max_rel < 0:                     # every rel error is 0: first one wins
+                self.max_rel, self.max_rel_at = 0.0, self.layout.index(ctx[0], ctx[1], 0)
+        else:
+            r = torch.div(d, t, out=self.buf_r[:n])
+            rmax = r.max().item()
+            if math.isnan(rmax):                     # 0/0 where both sides are 0
+                r.masked_fill_(torch.isnan(r), 0.0)
+                rmax = r.max().item()
+            self._offer_max_rel(ctx, r, rmax)
+        if dmax <= self.atol_c:                      # nothing can exceed atol + rtol*|e|
+            return
+        t.mul_(self.rtol).add_(self.atol)
+        bad = torch.gt(d, t, out=self.buf_b[:n])
+        nbad = int(bad.sum().item())
+        if not nbad:
+            return
+        self.bad += nbad
+        # Keys are |diff| of bad elements; a chunk whose largest |diff| cannot
+        # beat the current 5th worst (ties go to earlier chunks) is not ranked.
+        could_rank = len(self.worst) < _KEEP_WORST or dmax > -self.worst[-1][0]
+        self._record_bad(ctx, bad, nbad, d, could_rank)
+
+    def _nonfinite(self, ctx, n: int) -> None:
+        outer, j, a, e = ctx
+        d, t = self.buf_d[:n], self.buf_t[:n]
+        fin_a = torch.isfinite(a).view(-1)
+        fin_e = torch.isfinite(e).view(-1)
+        self.nonfinite_a += int((~fin_a).sum().item())
+        self.nonfinite_e += int((~fin_e).sum().item())
+        fin = fin_a & fin_e
+        # d is inf at an overflowing finite pair: still a finite pair, and bad.
+        d_fin = d.masked_fill(~fin, -1.0)
+        self._offer_max_abs(ctx, d_fin, d_fin.max().item())
+        r = torch.div(d, t)
+        r.masked_fill_(torch.isnan(r) & fin, 0.0)
+        r.masked_fill_(~fin, -1.0)
+        self._offer_max_rel(ctx, r, r.max().item())
+        tol = t.mul(self.rtol).add_(self.atol)
+        bad = torch.gt(d, tol) | ~fin
+        nbad = int(bad.sum().item())
+        self.bad += nbad
+        key = torch.where(torch.isnan(d), math.inf, d)
+        self._record_bad(ctx, bad, nbad, key, True)
+
+    # -- running maxima ------------------------------------------------------
+
+    def _offer_max_abs(self, ctx, d: torch.Tensor, dmax: float) -> None:
+        if dmax > self.max_abs:
+            q = int(torch.argmax(d).item())          # first occurrence
+            outer, j, _, _ = ctx
+            self.max_abs = dmax
+            self.max_abs_at = self.layout.index(outer, j, q)
+            e_abs = self.buf_t.view(-1)[q].item()    # still |e| here
+            self.max_abs_allowed = self.atol + self.rtol * e_abs
+
+    def _offer_max_rel(self, ctx, r: torch.Tensor, rmax: float) -> None:
+        if rmax > self.max_rel:
+            outer, j, _, _ = ctx
+            q = int(torch.argmax(r).item())
+            self.max_rel = rmax
+            self.max_rel_at = self.layout.index(outer, j, q)
+
+    # -- bad elements ----------------------------------------------------------
+
+    def _record_bad(self, ctx, bad: torch.Tensor, nbad: int, key: torch.Tensor,
+                    rank: bool) -> None:
+        """First bad indices, worst elements and localisation counts of one chunk.
+
+        ``key`` ranks bad elements (|diff|, NaN as inf); only its values at bad
+        elements are read.  Sparse chunks work from the bad elements' flat
+        indices (one nonzero); dense ones from reductions over the mask.
+        """
+        outer, j = ctx[0], ctx[1]
+        flat, key = bad.view(-1), key.view(-1)
+        k = min(nbad, _KEEP_WORST)
+        if nbad * _SPARSE < flat.numel():
+            qs = torch.nonzero(flat).flatten()
+            if len(self.first) < _KEEP_FIRST:
+                self.first.extend(self.layout.index(outer, j, q)
+                                  for q in qs[:_KEEP_FIRST - len(self.first)].tolist())
+            if rank:
+                # Stable descending sort of the few keys: equal keys keep index order.
+                order = torch.sort(key[qs], descending=True, stable=True).indices[:k]
+                self._merge_worst(ctx, qs[order].tolist())
+            if self.counts:
+                self._localise_sparse(outer, j, qs, nbad, flat.numel())
+            return
+        if len(self.first) < _KEEP_FIRST:
+            qs = torch.nonzero(flat[:_KEEP_FIRST * _SPARSE]).flatten()
+            if qs.numel() < _KEEP_FIRST - len(self.first):
+                qs = torch.nonzero(flat).flatten()
+            self.first.extend(self.layout.index(outer, j, q)
+                              for q in qs[:_KEEP_FIRST - len(self.first)].tolist())
+        if rank:
+            masked = torch.where(flat, key, 0.0, out=self.buf_r[:flat.numel()])
+            threshold = masked.topk(k).values[-1].item()   # > 0: every bad key is > 0
+            above = torch.nonzero(masked > threshold).flatten().tolist()
+            at = torch.nonzero(masked == threshold).flatten()[:k - len(above)].tolist()
+            self._merge_worst(ctx, above + at)
+        if self.counts:
+            self._localise_dense(outer, j, flat, nbad)
+
+    def _merge_worst(self, ctx, qs: list[int]) -> None:
+        """Merge chunk elements into the running top 5 (largest key, then row-major)."""
+        outer, j, a, e = ctx
+        d = self.buf_d.view(-1)
+        for q in qs:
+            index = self.layout.index(outer, j, q)
+            local = (index[len(outer)] - j,) + index[len(outer) + 1:]
+            diff = d[q].item()
+            rank = math.inf if math.isnan(diff) else diff
+            self.worst.append((-rank, self.seq, q, index, a[local].item(), e[local].item(), diff))
+        self.worst.sort(key=lambda w: w[:3])
+        del self.worst[_KEEP_WORST:]
+
+    def _localise_sparse(self, outer: Index, j: int, qs: torch.Tensor, nbad: int,
+                         n: int) -> None:
+        lay = self.layout
+        d, row = lay.split, lay.row
+        for dim, cnt in self.counts.items():
+            if dim < d - 1:
+                cnt[outer[dim]] += nbad
+            elif dim == d - 1:
+                m = n // row
+                cnt[j:j + m] += torch.bincount(qs // row, minlength=m).to(cnt.device)
+            else:
+                stride = math.prod(lay.shape[dim + 1:])
+                coord = (qs // stride) % lay.shape[dim]
+                cnt += torch.bincount(coord, minlength=lay.shape[dim]).to(cnt.device)
+
+    def _localise_dense(self, outer: Index, j: int, flat: torch.Tensor, nbad: int) -> None:
+        lay = self.layout
+        d, row = lay.split, lay.row
+        grid = flat.view(-1, row)
+        per_col = None
+        if any(dim >= d for dim in self.counts):
+            per_col = grid.sum(0).view(lay.shape[d:])
+        for dim, cnt in self.counts.items():
+            if dim < d - 1:
+                cnt[outer[dim]] += nbad
+            elif dim == d - 1:
+                cnt[j:j + grid.shape[0]] += grid.sum(1).to(cnt.device)
+            else:
+                others = [i for i in range(per_col.dim()) if i != dim - d]
+                cnt += (per_col.sum(others) if others else per_col).to(cnt.device)
+
+    # -- the verdict -----------------------------------------------------------
+
+    def public(self, index: Index | None) -> Index:
+        """The caller's index: () for a 0-dim tensor, walked as shape (1,)."""
+        if index is None or self.ndim == 0:
+            return ()
+        return tuple(index)
+
+
+def _compared_per_index(shape: tuple[int, ...], dim: int, mask: torch.Tensor | None) -> torch.Tensor:
+    """Compared elements at each index of ``dim`` (float64), from shape and rows only."""
+    total_rows = shape[0] if mask is None else int(mask.sum().item())
+    inner = math.prod(shape[1:])
+    if dim == 0:
+        if mask is None:
+            return torch.full((shape[0],), float(inner), dtype=torch.float64)
+        return mask.to(torch.float64) * inner
+    return torch.full((shape[dim],), float(total_rows * inner // shape[dim]), dtype=torch.float64)
+
+
+def _ratios(bad: torch.Tensor, compared: torch.Tensor) -> tuple[float, ...]:
+    ratio = bad.to(torch.float64) / compared        # 0/0 -> NaN: nothing compared there
+    return tuple(ratio.tolist())
+
+
+# --------------------------------------------------------------------------
+# The public function
+# --------------------------------------------------------------------------
+
+def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float, rtol: float,
+                   max_error_ratio: float, name: str = "output",
+                   axes: Sequence[str | None] | None = None,
+                   groups: Mapping[str, tuple[int, Any]] | None = None,
+                   rows: Any = None, chunk_elems: int = 1 << 18) -> Comparison:
+    """Compare ``actual`` with ``expected``; see the module docstring for the semantics.
+
+    axes:   one entry per dim, a name or None; localise by every named dim.
+    groups: name -> (dim, labels), labels[i] the group (0..G-1) of index i of
+            dim; a negative label leaves that index out of every group.
+    rows:   bool mask over dim 0; only rows marked True are compared.
+    """
+    _check_tensors(actual, expected)
+    atol = _check_tolerance("atol", atol)
+    rtol = _check_tolerance("rtol", rtol)
+    max_error_ratio = _check_tolerance("max_error_ratio", max_error_ratio, upper=1.0)
+    if not isinstance(chunk_elems, int) or chunk_elems < 1:
+        raise ValueError(f"chunk_elems must be an int >= 1, got {chunk_elems!r}")
+    caller_ndim = actual.dim()
+    shape = tuple(actual.shape)
+    named = _check_axes(axes, caller_ndim)
+    group_specs = _check_groups(groups, shape, set(named.values()))
+    mask = _check_rows(rows, shape)
+    if caller_ndim == 0:
+        actual, expected, shape = actual.reshape(1), expected.reshape(1), (1,)
+
+    dtype = torch.float64 if torch.float64 in (actual.dtype, expected.dtype) else torch.float32
+    runs = _runs(mask, shape[0])
+    numel = sum(stop - start for start, stop in runs) * math.prod(shape[1:])
+    layout = _Layout.plan(shape, chunk_elems)
+    loc_dims = set(named) | {dim for dim, _ in group_specs.values()}
+    walk = _Walk(layout, dtype, actual.device, atol, rtol, loc_dims, numel, caller_ndim)
+    if numel:
+        for start, stop in runs:
+            for outer, j, m in layout.chunks(start, stop):
+                walk.add(actual, expected, outer, j, m)
+
+    localisation: dict[str, tuple[float, ...]] = {}
+    for dim, axis in named.items():
+        localisation[axis] = _ratios(walk.counts[dim], _compared_per_index(shape, dim, mask))
+    for gname, (dim, labels) in group_specs.items():
+        keep = labels >= 0
+        size = int(labels.max().item()) + 1 if bool(keep.any()) else 0
+        lab = labels[keep]
+        bad = torch.bincount(lab, weights=walk.counts[dim][keep].to(torch.float64), minlength=size)
+        cmp = torch.bincount(lab, weights=_compared_per_index(shape, dim, mask)[keep],
+                             minlength=size)
+        localisation[gname] = _ratios(bad, cmp)
+
+    allowed = round(max_error_ratio * numel)
+    nonfinite = walk.nonfinite_a + walk.nonfinite_e
+    has_pair = walk.max_abs_at is not None
+    return Comparison(
+        name=name,
+        passed=nonfinite == 0 and walk.bad <= allowed,
+        numel=numel,
+        bad_count=walk.bad,
+        allowed_bad=allowed,
+        atol=atol,
+        rtol=rtol,
+        max_error_ratio=max_error_ratio,
+        nonfinite_actual=walk.nonfinite_a,
+        nonfinite_expected=walk.nonfinite_e,
+        max_abs_error=walk.max_abs if has_pair else math.nan,
+        max_abs_index=walk.public(walk.max_abs_at),
+        max_abs_allowed=walk.max_abs_allowed,
+        max_rel_error=walk.max_rel if walk.max_rel_at is not None else math.nan,
+        max_rel_index=walk.public(walk.max_rel_at),
+        worst=tuple((walk.public(w[3]), w[4], w[5], w[6]) for w in walk.worst),
+        first_bad=tuple(walk.public(i) for i in walk.first),
+        localisation=localisation,
+    )

@@ -1,0 +1,153 @@
+"""Device names and the per-kind backend (presence, synchronize, torch device).
+
+Parsing (``npu:6``, ``cuda:0-3``, ``cpu``) is pure and used by the front end.
+Backends are used inside the device worker only; each is small and
+registered by kind, so a new accelerator is one class, not an ``if`` chain.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+_DEVICE_RE = re.compile(r"^(cpu|cuda|npu)(?::(\d+))?$")
+_RANGE_RE = re.compile(r"^(cuda|npu):(\d+)-(\d+)$")
+
+
+class DeviceError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, order=True)
+class Device:
+    kind: str                 # cpu | cuda | npu
+    index: int | None = None
+
+    def __str__(self) -> str:
+        return self.kind if self.index is None else f"{self.kind}:{self.index}"
+
+
+def parse_device(text: str, where: str = "--device") -> Device:
+    m = _DEVICE_RE.match(text.strip())
+    if not m:
+        raise DeviceError(
+            f"{where}: invalid device {text!r} (expected cpu, cuda:N or npu:N, e.g. npu:6)"
+        )
+    kind, index = m.group(1), m.group(2)
+    if kind == "cpu":
+        if index is not None:
+            raise DeviceError(f"{where}: invalid device {text!r} (cpu takes no index)")
+        return Device("cpu")
+    return Device(kind, int(index) if index is not None else 0)
+
+
+def parse_device_list(text: str, where: str = "--devices") -> list[Device]:
+    """``npu:0-7``, ``cuda:0,cuda:2``, ``cpu,cpu`` (two CPU workers)."""
+    devices: list[Device] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        m = _RANGE_RE.match(part)
+        if m:
+            kind, lo, hi = m.group(1), int(m.group(2)), int(m.group(3))
+            if lo > hi:
+                raise DeviceError(f"{where}: empty device range {part!r}")
+            devices.extend(Device(kind, i) for i in range(lo, hi + 1))
+        else:
+            devices.append(parse_device(part, where))
+    if not devices:
+        raise DeviceError(f"{where}: no devices in {text!r}")
+    return devices
+
+
+# -- worker side ----------------------------------------------------------------
+
+class Backend:
+    """What the worker needs of a device kind."""
+
+    kind = ""
+
+    def absent_reason(self, device: Device) -> str | None:
+        raise NotImplementedError
+
+    def torch_device(self, device: Device):
+        import torch
+        return torch.device(str(device))
+
+    def synchronize(self, device: Device) -> None:
+        pass
+
+    def describe(self, device: Device) -> dict[str, str]:
+        import torch
+        return {"torch": torch.__version__}
+
+
+class CpuBackend(Backend):
+    kind = "cpu"
+
+    def absent_reason(self, device: Device) -> str | None:
+        return None
+
+    def describe(self, device: Device) -> dict[str, str]:
+        import platform
+        return {**super().describe(device), "device_name": platform.processor() or platform.machine()}
+
+
+class CudaBackend(Backend):
+    kind = "cuda"
+
+    def absent_reason(self, device: Device) -> str | None:
+        import torch
+        if not torch.cuda.is_available():
+            return "CUDA is not available in this torch build or on this machine"
+        if device.index >= torch.cuda.device_count():
+            return f"{device} not present ({torch.cuda.device_count()} CUDA devices)"
+        return None
+
+    def synchronize(self, device: Device) -> None:
+        import torch
+        torch.cuda.synchronize(device.index)
+
+    def describe(self, device: Device) -> dict[str, str]:
+        import torch
+        return {
+            **super().describe(device),
+            "device_name": torch.cuda.get_device_name(device.index),
+            "cuda": str(torch.version.cuda),
+        }
+
+
+class NpuBackend(Backend):
+    """Written to the torch-npu API (``torch.npu``); not run on hardware in this project's CI."""
+
+    kind = "npu"
+
+    def absent_reason(self, device: Device) -> str | None:
+        try:
+            import torch
+            import torch_npu  # noqa: F401  (registers torch.npu)
+        except ImportError as exc:
+            return f"torch-npu is not installed ({exc})"
+        if not torch.npu.is_available():
+            return "no NPU visible to torch-npu"
+        if device.index >= torch.npu.device_count():
+            return f"{device} not present ({torch.npu.device_count()} NPUs)"
+        return None
+
+    def synchronize(self, device: Device) -> None:
+        import torch
+        torch.npu.synchronize(device.index)
+
+    def describe(self, device: Device) -> dict[str, str]:
+        import torch
+        import torch_npu
+        return {
+            **super().describe(device),
+            "device_name": torch.npu.get_device_name(device.index),
+            "torch_npu": getattr(torch_npu, "__version__", "unknown"),
+        }
+
+
+BACKENDS: dict[str, Callable[[], Backend]] = {"cpu": CpuBackend, "cuda": CudaBackend, "npu": NpuBackend}
+
+
+def backend(device: Device) -> Backend:
+    return BACKENDS[device.kind]()

@@ -1,0 +1,117 @@
+"""The one engine: run cases on devices, one warm worker per device, results as they come.
+
+The CLI, the pytest plugin and later loops (flake, compare, bisect) all call
+``Engine.run``.  Each device has a thread that owns its ``DeviceWorker`` and
+pulls cases from a shared queue, so a slow or crashing device never stalls the
+others.  Callbacks (progress, store) are called under one lock.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from harness.case import Case
+from harness.devices import Device
+from harness.outcomes import Outcome, Result
+from harness.pool import DeviceWorker, WorkerOptions, log_name
+
+
+@dataclass
+class RunOptions:
+    devices: list[Device]
+    worker: WorkerOptions
+    run_device_tier_on_cpu: bool = False
+    exitfirst: bool = False
+
+
+@dataclass
+class Planned:
+    index: int
+    case: Case
+    repeat: int = 0
+
+
+def tier_skip_reason(case: Case, device: Device, run_device_tier_on_cpu: bool) -> str | None:
+    if case.tier == "device" and device.kind == "cpu" and not run_device_tier_on_cpu:
+        return "tier device: needs an accelerator (pass --tier all to run it on cpu)"
+    return None
+
+
+class Engine:
+    def __init__(self, options: RunOptions):
+        self.options = options
+        self.workers = [DeviceWorker(d, options.worker, name=f"w{i}") for i, d in enumerate(options.devices)]
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def run_one(self, case: Case, worker_index: int = 0, repeat: int = 0) -> Result:
+        """Run a single case on one worker, in the caller's thread (pytest items use this)."""
+        worker = self.workers[worker_index]
+        return self._run_on(worker, case, repeat)
+
+    def _run_on(self, worker: DeviceWorker, case: Case, repeat: int) -> Result:
+        reason = tier_skip_reason(case, worker.device, self.options.run_device_tier_on_cpu)
+        if reason:
+            return Result(case_id=case.case_id, outcome=Outcome.SKIPPED, summary=reason, repeat=repeat,
+                          device=str(worker.device), params=dict(case.params))
+        log = self.options.worker.log_dir / log_name(case.case_id, repeat)
+        return worker.run(case, log, repeat)
+
+    def run(self, planned: Iterable[Planned],
+            on_start: Callable[[Planned, DeviceWorker], None] | None = None,
+            on_result: Callable[[Planned, Result], None] | None = None) -> list[Result]:
+        todo: queue.Queue[Planned] = queue.Queue()
+        items = list(planned)
+        for p in items:
+            todo.put(p)
+        results: dict[int, Result] = {}
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def drain(worker: DeviceWorker) -> None:
+            try:
+                while not stop.is_set():
+                    try:
+                        p = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    if on_start:
+                        with self._lock:
+                            on_start(p, worker)
+                    result = self._run_on(worker, p.case, p.repeat)
+                    with self._lock:
+                        results[p.index] = result
+                        if on_result:
+                            on_result(p, result)
+                    if self.options.exitfirst and result.outcome.failed:
+                        stop.set()
+            except BaseException as exc:  # surfaced in the caller's thread
+                errors.append(exc)
+                stop.set()
+
+        threads = [threading.Thread(target=drain, args=(w,), name=f"device-{w.device}", daemon=True)
+                   for w in self.workers]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(timeout=0.2)
+        except KeyboardInterrupt:
+            stop.set()
+            self.close()
+            raise
+        if errors:
+            raise errors[0]
+        return [results[p.index] for p in items if p.index in results]

@@ -1,0 +1,100 @@
+"""One case, start to verdict, inside the device worker's process.
+
+inputs from the seed → golden (cached) → kernel import → launch → checks.
+Returns a plain-data payload; the front end turns it into a ``Result``
+(classifying exceptions there, where the log and exit status are known too).
+The in-process benchmark loop calls this same function, so the harness's
+overhead is measured against exactly this work.
+"""
+from __future__ import annotations
+
+import importlib
+import time
+import traceback
+from typing import Any, Callable
+
+import torch
+
+import kernels
+from goldens.cache import GoldenCache
+from harness import checks, inputs
+from harness.case import Case
+from harness.devices import Backend, Device
+from harness.launch import ContractError, launch
+
+GOLDEN_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
+
+
+class Stage(Exception):
+    """An exception tagged with the stage it came from (import, contract, launch, ...)."""
+
+    def __init__(self, stage: str, exc: BaseException):
+        super().__init__(stage)
+        self.stage, self.exc = stage, exc
+
+
+class KernelLoader:
+    """Imports ``module:callable`` once per process."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, Callable] = {}
+
+    def load(self, kernel: str, op: str) -> Callable:
+        target = kernels.target(kernel, op)
+        if target not in self._loaded:
+            module_name, _, attr = target.partition(":")
+            module = importlib.import_module(module_name)
+            fn = getattr(module, attr, None)
+            if fn is None or not callable(fn):
+                raise ImportError(f"{module_name} has no callable {attr!r}")
+            self._loaded[target] = fn
+        return self._loaded[target]
+
+
+def _stage(name: str, fn: Callable, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # tagged and re-raised; classified by the front end
+        raise Stage(name, exc) from exc
+
+
+def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,
+                 loader: KernelLoader, golden_dtype: str = "fp32") -> dict[str, Any]:
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    try:
+        ci = _stage("inputs", inputs.generate, case)
+        t1 = time.perf_counter()
+        goldens, hit = _stage("golden", golden_cache.get_or_compute, case.op, ci.spec, ci.args,
+                              GOLDEN_DTYPES[golden_dtype])
+        t2 = time.perf_counter()
+        kernel = _stage("import", loader.load, case.kernel, case.op)
+        torch_device = backend.torch_device(device)
+        try:
+            launched = launch(kernel, ci, torch_device, lambda: backend.synchronize(device))
+        except ContractError as exc:
+            raise Stage("contract", exc) from exc
+        except Exception as exc:
+            raise Stage("launch", exc) from exc
+        t3 = time.perf_counter()
+        verdict = _stage("check", checks.check, case, ci, goldens, launched)
+        t4 = time.perf_counter()
+    except Stage as tagged:
+        exc = tagged.exc
+        return {
+            "status": "exception",
+            "stage": tagged.stage,
+            "exc_type": type(exc).__name__,
+            "message": str(exc),
+            "traceback": "".join(traceback.format_exception(exc)),
+            "duration_s": time.perf_counter() - t0,
+        }
+    timings = {"inputs_s": t1 - t0, "golden_s": t2 - t1, "launch_s": t3 - t2, "check_s": t4 - t3}
+    return {
+        "status": "checked",
+        "outcome": verdict.outcome.value,
+        "summary": verdict.summary,
+        "report": verdict.report,
+        "metrics": {**verdict.metrics, "timings": timings, "golden_cache_hit": hit},
+        "duration_s": time.perf_counter() - t0,
+    }

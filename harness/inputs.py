@@ -1,0 +1,231 @@
+"""One case's inputs, generated on the CPU from its seed (runs in the device worker).
+
+The same case always yields the same bytes, so goldens can be cached by the
+input spec, and a failing seed replays alone.  Caches come back in their
+pre-launch state: a random canary everywhere, valid context rows where the
+op reads them.  Launch moves everything to the device afterwards.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.case import Case
+from harness.ops import OPS, OpSpec
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int32": torch.int32}
+_CANARY_PERIOD = 4093  # prime, so the pattern never lines up with rows or pages
+
+
+@dataclass
+class CaseInputs:
+    op: OpSpec
+    args: dict[str, Any]                 # every kernel argument but the outputs; caches in pre-launch state
+    outputs: dict[str, tuple[tuple[int, ...], torch.dtype]]
+    slots: torch.Tensor                  # int64 slot per written row (decode: per batch row, prefill: per token)
+    row_seq: torch.Tensor                # int64 sequence index per written row
+    sizes: dict[str, int]                # geometry symbols resolved for this case
+    spec: dict[str, Any]                 # canonical description of the inputs (the golden cache key)
+
+    @property
+    def compare_rows(self) -> torch.Tensor:
+        """Rows of slot-masked outputs that are compared: the ones with a valid slot."""
+        return self.slots >= 0
+
+
+def inputs_source_hash() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def input_spec(case: Case) -> dict[str, Any]:
+    return {
+        "op": case.op,
+        "geometry": asdict(case.geometry),
+        "num_pages": case.num_pages,
+        "max_blocks": case.max_blocks,
+        "seq_lens": str(case.seq_lens),
+        "slot_mode": str(case.slot_mode),
+        "chunk_size": case.chunk_size,
+        "block_value": case.block_value,
+        "seed": case.seed,
+        "generator": inputs_source_hash(),
+    }
+
+
+def resolve_shape(shape: tuple[str, ...], sizes: dict[str, int]) -> tuple[int, ...]:
+    """Geometry symbols to numbers: ``Hq*D`` is a product, ``B+1`` a sum; nothing is evaluated."""
+    dims = []
+    for sym in shape:
+        if "*" in sym:
+            dims.append(math.prod(sizes[s] for s in sym.split("*")))
+        elif "+" in sym:
+            name, extra = sym.split("+")
+            dims.append(sizes[name] + int(extra))
+        elif sym.isdigit():
+            dims.append(int(sym))
+        else:
+            dims.append(sizes[sym])
+    return tuple(dims)
+
+
+def generate(case: Case) -> CaseInputs:
+    g = torch.Generator().manual_seed(case.seed)
+    geo = case.geometry
+    op = OPS[case.op]
+    B, P, MB, N = geo.batch, geo.page_size, case.max_blocks, case.num_pages
+    seq_lens = _seq_lens(case, g)
+    block_table = _block_table(case, seq_lens, g)
+
+    if case.op == "prefill_attention":
+        chunk = [min(case.chunk_size or s, s) for s in seq_lens]
+        context = [s - c for s, c in zip(seq_lens, chunk)]
+        row_seq = torch.cat([torch.full((c,), b, dtype=torch.int64) for b, c in enumerate(chunk)])
+        positions = torch.cat([torch.arange(ctx, ctx + c) for ctx, c in zip(context, chunk)])
+        filled = context                                   # cached positions per sequence
+    else:
+        row_seq = torch.arange(B)
+        positions = torch.tensor(seq_lens, dtype=torch.int64) - 1
+        # paged_decode_attention reads every position from the cache, the others write the last one
+        filled = seq_lens if case.op == "paged_decode_attention" else [s - 1 for s in seq_lens]
+    rows = len(positions)
+    sizes = {
+        "B": B, "Hq": geo.num_heads, "Hkv": geo.num_kv_heads, "D": geo.head_dim, "P": P,
+        "N": N, "MB": MB, "T": rows, "H": geo.hidden, "I": geo.intermediate, "V": geo.vocab,
+        "L": geo.num_layers, "max_pos": case.max_pos,
+    }
+    pages = block_table[row_seq, positions // P].to(torch.int64)
+    slots = _slots(case, pages * P + positions % P, g)
+
+    args: dict[str, Any] = {}
+    for arg in op.args:
+        if arg.role == "input":
+            args[arg.name] = _generate_input(arg.name, resolve_shape(arg.shape, sizes), DTYPES[arg.dtype], g)
+    rope_cos, rope_sin = rope_tables(case.max_pos, geo.head_dim, geo.rope_theta)
+    derived = {
+        "rope_cos": rope_cos,
+        "rope_sin": rope_sin,
+        "positions": positions.to(torch.int32),
+        "slot_mapping": slots.to(torch.int32),
+        "block_table": block_table,
+        "seq_lens": torch.tensor(seq_lens, dtype=torch.int32),
+    }
+    if case.op == "prefill_attention":
+        derived["cu_seqlens"] = torch.tensor([0, *itertools.accumulate(chunk)], dtype=torch.int32)
+        derived["context_lens"] = torch.tensor(context, dtype=torch.int32)
+    args.update({name: value for name, value in derived.items() if name in args})
+    if case.op == "decode_layers":
+        _scale_decode_weights(args, case, seq_lens)
+    for arg in op.by_role("scalar"):
+        args[arg.name] = {
+            "eps": geo.eps, "scale": 1.0 / math.sqrt(geo.head_dim), "num_layers": geo.num_layers,
+        }[arg.name]
+    for arg in op.caches:
+        args[arg.name] = _cache(resolve_shape(arg.shape, sizes), block_table, filled, P, g)
+
+    outputs = {a.name: (resolve_shape(a.shape, sizes), DTYPES[a.dtype]) for a in op.outputs}
+    return CaseInputs(op, args, outputs, slots, row_seq, sizes, input_spec(case))
+
+
+def rope_tables(max_pos: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """NeoX layout: the frequency table repeated for both halves, so ``x*cos + rotate_half(x)*sin``."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    angles = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().float(), angles.sin().float()
+
+
+# -- pieces -------------------------------------------------------------------
+
+def _seq_lens(case: Case, g: torch.Generator) -> list[int]:
+    spec, B, P = case.seq_lens, case.geometry.batch, case.geometry.page_size
+    if spec.kind == "const":
+        return [spec.values[0]] * B
+    if spec.kind == "list":
+        return list(spec.values)
+    if spec.kind == "uniform":
+        lo, hi = spec.values
+        return torch.randint(lo, hi + 1, (B,), generator=g).tolist()
+    from harness.case import multi_block_lengths
+    choices = multi_block_lengths(P)
+    # Every boundary shape appears once before any repeats, in a seeded order.
+    order = torch.randperm(len(choices), generator=g).tolist()
+    return [choices[order[b % len(choices)]] for b in range(B)]
+
+
+def _block_table(case: Case, seq_lens: list[int], g: torch.Generator) -> torch.Tensor:
+    B, P, MB, N = case.geometry.batch, case.geometry.page_size, case.max_blocks, case.num_pages
+    if case.block_value is not None:       # warmup: every block of every sequence on one page
+        return torch.full((B, MB), case.block_value, dtype=torch.int32)
+    needed = [math.ceil(s / P) for s in seq_lens]
+    if case.slot_mode.kind == "random":
+        pool = torch.randperm(N, generator=g)
+    else:
+        pool = torch.arange(N)
+    table = torch.full((B, MB), -1, dtype=torch.int32)
+    start = 0
+    for b, n in enumerate(needed):
+        table[b, :n] = pool[start:start + n].to(torch.int32)
+        start += n
+    return table
+
+
+def _slots(case: Case, mapped: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    mode = case.slot_mode
+    if mode.kind == "const":
+        return torch.full_like(mapped, int(mode.value))
+    if mode.kind == "padded":
+        rows = len(mapped)
+        padded = torch.randperm(rows, generator=g)[: round(float(mode.value) * rows)]
+        mapped = mapped.clone()
+        mapped[padded] = -1
+    return mapped
+
+
+def _generate_input(name: str, shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    if dtype == torch.int32:
+        return torch.zeros(shape, dtype=dtype)            # indices are filled in by generate()
+    if name == "inv_rms":
+        return torch.rand(shape, generator=g) + 0.5
+    if name.endswith("_weight"):                           # norm weights: near one, not one
+        return (1.0 + 0.1 * torch.randn(shape, generator=g)).to(dtype)
+    if name.startswith("rope_"):
+        return torch.empty(shape, dtype=dtype)             # replaced by rope_tables()
+    if name.startswith("w") or name == "lm_head":          # weights: fan-in scaled
+        return (torch.randn(shape, generator=g) / math.sqrt(shape[0] if name != "lm_head" else shape[1])).to(dtype)
+    return torch.randn(shape, generator=g).to(dtype)
+
+
+def _scale_decode_weights(args: dict[str, Any], case: Case, seq_lens: list[int]) -> None:
+    """Every sublayer must move the residual stream by O(1), so a broken attention cannot hide.
+
+    Attention averages about s/e value rows (N(0,1) softmax logits), shrinking its
+    output by sqrt(e/s); ``wo`` gets that factor back.  The MLP's silu·up product
+    has RMS ≈ 0.6, so ``w_down`` gets 1/0.6.
+    """
+    typical = sum(seq_lens) / len(seq_lens)
+    args["wo"] = (args["wo"].float() * max(1.0, math.sqrt(typical / math.e))).bfloat16()
+    args["w_down"] = (args["w_down"].float() / 0.6).bfloat16()
+
+
+def _cache(shape: tuple[int, ...], block_table: torch.Tensor, filled: list[int], P: int,
+           g: torch.Generator) -> torch.Tensor:
+    """Canary everywhere (values no valid row has), then valid context where it is read."""
+    numel = math.prod(shape)
+    period = (torch.rand(_CANARY_PERIOD, generator=g) * 64 - 32).bfloat16()
+    cache = period.repeat(math.ceil(numel / _CANARY_PERIOD))[:numel].view(shape).clone()
+    layers = cache if len(shape) == 5 else cache.unsqueeze(0)
+    row_shape = shape[-2:]
+    for b, count in enumerate(filled):
+        if count <= 0:
+            continue
+        pos = torch.arange(count)
+        page = block_table[b, pos // P].to(torch.int64)
+        for layer in layers:
+            layer[page, pos % P] = torch.randn((count,) + row_shape, generator=g).bfloat16()
+    return cache

@@ -1,0 +1,151 @@
+"""Launch one kernel call the way DESIGN §4 prescribes (runs in the device worker).
+
+Every writable buffer (outputs and caches) is a view into a larger allocation
+whose guard bands hold a byte pattern: a write before the buffer start (the
+``slot = -1`` bug on hardware) changes them.  Outputs are poisoned with a NaN
+whose payload no arithmetic produces, so "never written" and "computed NaN"
+are told apart.  The signature is checked before the call, the device is
+synchronized after it, and the returned value is checked against the contract.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from harness.inputs import CaseInputs
+
+GUARD_BYTE = 0xA5
+# Quiet NaNs with a payload (mantissa 0x65...) that no kernel arithmetic produces.
+POISON_BITS = {torch.bfloat16: 0x7FE5, torch.float16: 0x7E65, torch.float32: 0x7FE5A5A5}
+_BITS_VIEW = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
+_MIN_GUARD_BYTES = 4096
+
+
+class ContractError(Exception):
+    """The kernel does not fit the op's ABI (signature); raised before launch."""
+
+
+@dataclass
+class GuardedBuffer:
+    name: str
+    storage: torch.Tensor      # 1-D: guard | tensor | guard
+    view: torch.Tensor         # what the kernel gets
+    guard: int                 # elements on each side
+
+    @classmethod
+    def allocate(cls, name: str, content: torch.Tensor, device: torch.device, guard_elems: int) -> "GuardedBuffer":
+        numel = content.numel()
+        storage = torch.empty(numel + 2 * guard_elems, dtype=content.dtype, device=device)
+        as_bytes = storage.view(torch.uint8)
+        itemsize = content.element_size()
+        as_bytes[: guard_elems * itemsize] = GUARD_BYTE
+        as_bytes[(guard_elems + numel) * itemsize:] = GUARD_BYTE
+        view = storage[guard_elems: guard_elems + numel].view(content.shape)
+        view.copy_(content)
+        return cls(name, storage, view, guard_elems)
+
+    def guard_damage(self) -> tuple[list[int], list[int]]:
+        """Element offsets (relative to the tensor start) of guard elements whose bytes changed."""
+        itemsize = self.storage.element_size()
+        as_bytes = self.storage.view(torch.uint8).cpu()
+        n = self.guard * itemsize
+        before = (as_bytes[:n] != GUARD_BYTE).nonzero().flatten()
+        after = (as_bytes[len(as_bytes) - n:] != GUARD_BYTE).nonzero().flatten()
+        numel = self.view.numel()
+        before_elems = sorted({int(b) // itemsize - self.guard for b in before})
+        after_elems = sorted({numel + int(b) // itemsize for b in after})
+        return before_elems, after_elems
+
+
+def poisoned(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    bits = torch.full(shape, POISON_BITS[dtype], dtype=_BITS_VIEW[dtype])
+    return bits.view(dtype)
+
+
+def poison_mask(t: torch.Tensor) -> torch.Tensor:
+    """True where an output element still holds the harness's poison bits."""
+    return t.view(_BITS_VIEW[t.dtype]) == POISON_BITS[t.dtype]
+
+
+@dataclass
+class Launched:
+    """What came back from the device, on the CPU."""
+
+    outputs: dict[str, torch.Tensor]
+    caches: dict[str, torch.Tensor]
+    guard_damage: dict[str, tuple[list[int], list[int]]]
+    returned: str | None               # None when the return value fits the contract, else what was wrong
+
+
+def check_signature(kernel: Callable, kwargs: dict[str, Any], op_name: str) -> None:
+    try:
+        sig = inspect.signature(kernel)
+    except (TypeError, ValueError):      # builtins and extension functions: nothing to check
+        return
+    try:
+        sig.bind(**kwargs)
+    except TypeError as exc:
+        missing = [n for n in kwargs if n not in sig.parameters] if not any(
+            p.kind is p.VAR_KEYWORD for p in sig.parameters.values()) else []
+        detail = f"; it does not accept {', '.join(missing)}" if missing else ""
+        raise ContractError(
+            f"kernel signature {sig} does not fit op {op_name}: {exc}{detail}"
+        ) from None
+
+
+def _returned_problem(ret: Any, outputs: list[GuardedBuffer]) -> str | None:
+    """None when ``ret`` is None, the first output, or all outputs in declared order."""
+    if ret is None:
+        return None
+
+    def same(t: Any, buf: GuardedBuffer) -> bool:
+        return isinstance(t, torch.Tensor) and t.data_ptr() == buf.view.data_ptr() and t.shape == buf.view.shape
+
+    if same(ret, outputs[0]):
+        return None
+    if isinstance(ret, (tuple, list)) and len(ret) == len(outputs) and all(map(same, ret, outputs)):
+        return None
+    for buf in outputs[1:]:
+        if same(ret, buf):
+            return f"returned the '{buf.name}' buffer instead of '{outputs[0].name}'"
+    if isinstance(ret, torch.Tensor):
+        return (f"returned a tensor {tuple(ret.shape)} {ret.dtype} that is not the '{outputs[0].name}' "
+                f"buffer the harness passed in")
+    return f"returned {type(ret).__name__}, expected None or the '{outputs[0].name}' tensor"
+
+
+def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: Callable[[], None]) -> Launched:
+    kwargs: dict[str, Any] = {}
+    buffers: dict[str, GuardedBuffer] = {}
+    for arg in ci.op.args:
+        if arg.role == "input":
+            kwargs[arg.name] = ci.args[arg.name].to(device)
+        elif arg.role == "scalar":
+            kwargs[arg.name] = ci.args[arg.name]
+    for arg in ci.op.caches:
+        content = ci.args[arg.name]
+        # At least one cache row (and a page where pages are small) on each side:
+        # a slot of -1 computed with raw offsets lands inside the band.
+        row = content.shape[-2] * content.shape[-1]
+        guard = max(_MIN_GUARD_BYTES // content.element_size(), row * content.shape[-3])
+        buffers[arg.name] = GuardedBuffer.allocate(arg.name, content, device, guard)
+    for arg in ci.op.outputs:
+        shape, dtype = ci.outputs[arg.name]
+        guard = _MIN_GUARD_BYTES // torch.empty((), dtype=dtype).element_size()
+        buffers[arg.name] = GuardedBuffer.allocate(arg.name, poisoned(shape, dtype), device, guard)
+    kwargs.update({name: buf.view for name, buf in buffers.items()})
+
+    check_signature(kernel, kwargs, ci.op.name)
+    ret = kernel(**kwargs)
+    synchronize()
+
+    outputs = [buffers[a.name] for a in ci.op.outputs]
+    return Launched(
+        outputs={a.name: buffers[a.name].view.cpu() for a in ci.op.outputs},
+        caches={a.name: buffers[a.name].view.cpu() for a in ci.op.caches},
+        guard_damage={name: buf.guard_damage() for name, buf in buffers.items()},
+        returned=_returned_problem(ret, outputs),
+    )

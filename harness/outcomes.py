@@ -1,0 +1,91 @@
+"""Outcome classes and the result record (DESIGN §5).
+
+Outcomes are a fixed set decided by the kind of failure; a result is a frozen
+record of fields, rendered late (labels, JSON, reports).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Outcome(str, enum.Enum):
+    PASS = "PASS"
+    NEAR_TIE = "NEAR_TIE"          # argmax flipped only inside the golden's near-tie margin: a pass
+    MISMATCH = "MISMATCH"
+    NONFINITE = "NONFINITE"
+    UNWRITTEN = "UNWRITTEN"        # poison left in an output
+    OOB_WRITE = "OOB_WRITE"        # guard band touched
+    CONTRACT = "CONTRACT"          # row outside the slot mapping changed, wrong buffer returned, bad signature
+    DEVICE_FAULT = "DEVICE_FAULT"  # sticky device/runtime fault (507018, CUDA 700, ...)
+    ORCH_ERROR = "ORCH_ERROR"
+    HANG = "HANG"
+    CRASH = "CRASH"
+    OOM = "OOM"
+    BUILD_ERROR = "BUILD_ERROR"
+    HARNESS_ERROR = "HARNESS_ERROR"
+    SKIPPED = "SKIPPED"
+
+    @property
+    def passed(self) -> bool:
+        return self in (Outcome.PASS, Outcome.NEAR_TIE)
+
+    @property
+    def failed(self) -> bool:
+        return not self.passed and self is not Outcome.SKIPPED
+
+
+# When several checks fail in one case, the most specific cause is reported:
+# a write outside the buffer explains a mismatch, not the other way round.
+CHECK_PRECEDENCE = (
+    Outcome.OOB_WRITE,
+    Outcome.CONTRACT,
+    Outcome.UNWRITTEN,
+    Outcome.NONFINITE,
+    Outcome.MISMATCH,
+    Outcome.NEAR_TIE,
+    Outcome.PASS,
+)
+
+
+def label(outcome: Outcome | str, code: int | str | None = None) -> str:
+    """The display label teams already use: ``FAIL_507018`` for a coded device fault."""
+    outcome = Outcome(outcome)
+    if code is not None and outcome in (Outcome.DEVICE_FAULT, Outcome.ORCH_ERROR, Outcome.OOM):
+        return f"FAIL_{code}"
+    return outcome.value
+
+
+@dataclass(frozen=True)
+class Result:
+    """One verdict for one case run once on one device."""
+
+    case_id: str
+    outcome: Outcome
+    code: int | str | None = None
+    summary: str = ""
+    report: str = ""                      # the fixed-format comparison text, "" when it passed
+    metrics: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+    repeat: int = 0
+    device: str = ""
+    log: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    sticky: bool = False                  # the worker must be replaced before the next case
+
+    @property
+    def label(self) -> str:
+        return label(self.outcome, self.code)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = self.outcome.value
+        data["label"] = self.label
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Result":
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields["outcome"] = Outcome(fields["outcome"])
+        return cls(**fields)

@@ -1,0 +1,221 @@
+"""The front end's side of a device worker: start, send a case, enforce its timeout, replace.
+
+The worker is a separate process (``python -m harness.worker``), started
+fresh (never forked after torch is imported) with its own environment, and
+spoken to over a socket pair with ``(name, kwargs)`` messages.  This side owns
+time: a case that does not answer within ``timeout_s`` gets its Python stacks
+dumped, then SIGTERM, then SIGKILL, and the next case gets a fresh worker.
+A worker that dies mid-case yields ``CRASH`` with its signal; a sticky device
+fault replaces the worker before the next case.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from harness.case import Case
+from harness.classify import Classification, classify_exception, classify_exit, classify_timeout, read_log
+from harness.devices import Device
+from harness.outcomes import Outcome, Result
+
+_HARNESS_ROOT = str(Path(__file__).resolve().parent.parent)
+_STARTUP_ATTEMPTS = 3
+_TERM_GRACE_S = 3.0
+_STACK_DUMP_GRACE_S = 0.5
+
+
+@dataclass
+class WorkerOptions:
+    log_dir: Path
+    golden_cache: str = ""               # "" disables the cache
+    golden_dtype: str = "fp32"
+    kernel_paths: tuple[str, ...] = ()   # prepended to the inherited PYTHONPATH
+    startup_timeout_s: float = 300.0
+    base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+def worker_env(options: WorkerOptions, case_env: dict[str, str]) -> dict[str, str]:
+    env = dict(options.base_env)
+    paths = [*options.kernel_paths, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), _HARNESS_ROOT]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env.update(case_env)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def log_name(case_id: str, repeat: int) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.=,()+-]+", "_", case_id)[:180]
+    return f"{safe}.r{repeat}.log"
+
+
+class WorkerStartError(RuntimeError):
+    pass
+
+
+class DeviceWorker:
+    def __init__(self, device: Device, options: WorkerOptions, name: str = "w0"):
+        self.device = device
+        self.options = options
+        self.name = name
+        self.proc: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+        self.env_key: tuple | None = None
+        self.absent: str | None = None
+        self.info: dict = {}
+        self.starts = 0
+        self.last_golden_stats: dict = {}
+
+    # -- lifecycle -------------------------------------------------------------
+    def _start(self, case_env: dict[str, str]) -> None:
+        self.options.log_dir.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        parent_sock, child_sock = socket.socketpair()
+        log_path = self.options.log_dir / f"worker-{self.name}-{str(self.device).replace(':', '')}-{self.starts}.log"
+        try:
+            with open(log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "harness.worker", "--fd", str(child_sock.fileno()),
+                     "--device", str(self.device), "--golden-cache", self.options.golden_cache,
+                     "--golden-dtype", self.options.golden_dtype],
+                    pass_fds=(child_sock.fileno(),), env=worker_env(self.options, case_env),
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True,      # Ctrl-C in the terminal reaches the front end only
+                )
+        finally:
+            child_sock.close()
+        self.conn = Connection(parent_sock.detach())
+        self.env_key = tuple(sorted(case_env.items()))
+        if not self.conn.poll(self.options.startup_timeout_s):
+            self.stop(force=True)
+            raise WorkerStartError(f"worker for {self.device} did not start within "
+                                   f"{self.options.startup_timeout_s:g}s (log: {log_path})")
+        try:
+            name, ready = self.conn.recv()
+        except EOFError:
+            self.stop(force=True)
+            tail = read_log(log_path)[-2000:].strip()
+            raise WorkerStartError(f"worker for {self.device} died while starting (log: {log_path}): {tail}") from None
+        self.absent, self.info = ready["absent"], ready["info"]
+
+    def ensure(self, case_env: dict[str, str]) -> None:
+        key = tuple(sorted(case_env.items()))
+        if self.proc is not None and self.proc.poll() is None and key == self.env_key:
+            return
+        self.stop()
+        last: Exception | None = None
+        for _ in range(_STARTUP_ATTEMPTS):
+            try:
+                self._start(case_env)
+                return
+            except WorkerStartError as exc:
+                last = exc
+        raise last  # type: ignore[misc]
+
+    def stop(self, force: bool = False) -> None:
+        proc, conn = self.proc, self.conn
+        self.proc = self.conn = None
+        if proc is None:
+            return
+        try:
+            if not force and proc.poll() is None and conn is not None:
+                try:
+                    conn.send(("stop", {}))
+                    proc.wait(timeout=_TERM_GRACE_S)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            _terminate(proc)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    # -- one case ----------------------------------------------------------------
+    def run(self, case: Case, log_path: Path, repeat: int = 0) -> Result:
+        started = time.perf_counter()
+        base = dict(case_id=case.case_id, repeat=repeat, device=str(self.device), log=str(log_path),
+                    params=dict(case.params))
+        try:
+            self.ensure(case.env)
+        except WorkerStartError as exc:
+            return Result(outcome=Outcome.HARNESS_ERROR, summary=str(exc), duration_s=0.0, **base)
+        if self.absent:
+            return Result(outcome=Outcome.SKIPPED, summary=f"device not present: {self.absent}", **base)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_bytes(b"")
+        try:
+            self.conn.send(("run", {"case": case.to_wire(), "log": str(log_path)}))
+            answered = self.conn.poll(case.timeout_s)
+            message = self.conn.recv() if answered else None
+        except (EOFError, OSError):
+            return self._died(base, log_path, started)
+        if message is None:
+            return self._hung(case, base, log_path, started)
+        _, payload = message
+        self.last_golden_stats = payload.get("golden_stats", {})
+        return self._result(payload, base, log_path)
+
+    def _result(self, payload: dict, base: dict, log_path: Path) -> Result:
+        duration = payload.get("duration_s", 0.0)
+        if payload["status"] == "checked":
+            return Result(outcome=Outcome(payload["outcome"]), summary=payload["summary"],
+                          report=payload["report"], metrics=payload["metrics"], duration_s=duration, **base)
+        if payload["stage"] in ("inputs", "golden", "check"):
+            cls = Classification(Outcome.HARNESS_ERROR, None,
+                                 f"harness failed in {payload['stage']}: {payload['exc_type']}: "
+                                 f"{payload['message'].splitlines()[0] if payload['message'] else ''}", False)
+        else:
+            cls = classify_exception(payload["stage"], payload["exc_type"], payload["message"],
+                                     payload["traceback"], read_log(log_path))
+        if cls.sticky:
+            self.stop()   # the device context is poisoned: the next case gets a fresh worker
+        return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary,
+                      report=payload["traceback"], duration_s=duration, sticky=cls.sticky,
+                      metrics={"secondary": list(cls.secondary)} if cls.secondary else {}, **base)
+
+    def _hung(self, case: Case, base: dict, log_path: Path, started: float) -> Result:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.kill(proc.pid, signal.SIGUSR1)      # Python stacks into the case log
+                time.sleep(_STACK_DUMP_GRACE_S)
+            except OSError:
+                pass
+        self.stop(force=True)
+        cls = classify_timeout(case.timeout_s)
+        return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
+                      report=read_log(log_path)[-4000:], duration_s=time.perf_counter() - started, **base)
+
+    def _died(self, base: dict, log_path: Path, started: float) -> Result:
+        proc = self.proc
+        returncode = None
+        if proc is not None:
+            try:
+                returncode = proc.wait(timeout=_TERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        self.stop(force=True)
+        log_text = read_log(log_path)
+        cls = classify_exit(returncode, log_text)
+        return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
+                      report=log_text[-4000:], duration_s=time.perf_counter() - started, **base)
+
+
+def _terminate(proc: subprocess.Popen) -> None:
+    """SIGTERM, a grace period, then SIGKILL (native code may ignore SIGTERM)."""
+    if proc.poll() is not None:
+        return
+    try:
+        proc.terminate()
+        proc.wait(timeout=_TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    except OSError:
+        pass

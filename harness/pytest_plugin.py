@@ -1,0 +1,138 @@
+"""pytest front end: case files become test items, run by the same engine as the CLI.
+
+Collected: ``*.yaml``/``*.yml`` inside a directory named ``cases`` and any case
+file named on the command line.  ``-k``, ``-x`` and ``--junitxml`` are pytest's
+own; ``-n N`` (pytest-xdist) gives each xdist worker the device at its index
+in ``--devices`` (so ``-n 8 --devices npu:0-7`` is one process per NPU).
+Kernels still run in a device worker process, never in pytest's.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from pathlib import Path
+
+import pytest
+
+_ENGINE_KEY = pytest.StashKey[object]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harness", "fused-kernel harness")
+    group.addoption("--device", default=None, help="device for case files: cpu, cuda:N, npu:N (default cpu)")
+    group.addoption("--devices", default=None,
+                    help="devices for xdist workers (worker gwN gets the N-th): npu:0-7, cuda:0,cuda:1")
+    group.addoption("--kernel-path", action="append", default=[], metavar="DIR",
+                    help="prepend DIR to the device workers' PYTHONPATH")
+    group.addoption("--golden-cache", default=None, metavar="DIR", help="golden cache directory")
+    group.addoption("--no-golden-cache", action="store_true", help="compute every golden")
+    group.addoption("--golden-dtype", choices=("fp32", "fp64"), default="fp32")
+    group.addoption("--harness-tier", choices=("auto", "all"), default="auto",
+                    help="all: run device-tier cases on cpu too")
+    group.addoption("--harness-log-dir", default=None, help="per-case logs (default reports/logs/pytest-<time>)")
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    if file_path.suffix not in (".yaml", ".yml"):
+        return None
+    explicit = any(Path(a).resolve() == file_path.resolve() for a in parent.config.args if not a.startswith("-"))
+    if explicit or "cases" in file_path.parent.parts[-1:]:
+        return CaseFile.from_parent(parent, path=file_path)
+    return None
+
+
+class CaseFile(pytest.File):
+    def collect(self):
+        from harness.matrix import MatrixError, load_matrix
+        try:
+            cases = load_matrix(self.path)
+        except MatrixError as exc:
+            raise self.CollectError(str(exc)) from None
+        for case in cases:
+            yield CaseItem.from_parent(self, name=case.case_id, case=case)
+
+
+class CaseFailed(Exception):
+    def __init__(self, result):
+        super().__init__(result.summary)
+        self.result = result
+
+
+class CaseItem(pytest.Item):
+    def __init__(self, *, case, **kwargs):
+        super().__init__(**kwargs)
+        self.case = case
+
+    def runtest(self) -> None:
+        result = _engine(self.config).run_one(self.case)
+        for key in ("outcome", "code", "device", "log", "duration_s"):
+            value = getattr(result, key)
+            self.user_properties.append((key, getattr(value, "value", value)))
+        self.user_properties.append(("label", result.label))
+        if result.outcome.value == "SKIPPED":
+            pytest.skip(result.summary)
+        if result.outcome.failed:
+            raise CaseFailed(result)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, CaseFailed):
+            r = excinfo.value.result
+            lines = [f"{r.label}: {r.summary}"]
+            if r.report:
+                lines.append(r.report)
+            lines.append(f"case defined at {self.case.source}; device {r.device}; log {r.log}")
+            return "\n".join(lines)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.case.op} {self.case.case_id}"
+
+
+def _device_for_worker(config: pytest.Config):
+    from harness.devices import parse_device, parse_device_list
+    devices_opt, device_opt = config.getoption("--devices"), config.getoption("--device")
+    if devices_opt:
+        devices = parse_device_list(devices_opt)
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+        index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+        return devices[index % len(devices)]
+    return parse_device(device_opt or "cpu")
+
+
+def _engine(config: pytest.Config):
+    engine = config.stash.get(_ENGINE_KEY, None)
+    if engine is None:
+        from goldens.cache import default_cache_dir
+        from harness.engine import Engine, RunOptions
+        from harness.pool import WorkerOptions
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        log_dir = Path(config.getoption("--harness-log-dir") or Path("reports") / "logs" / f"pytest-{stamp}") / worker
+        golden = "" if config.getoption("--no-golden-cache") else str(
+            config.getoption("--golden-cache") or default_cache_dir())
+        engine = Engine(RunOptions(
+            devices=[_device_for_worker(config)],
+            worker=WorkerOptions(
+                log_dir=log_dir, golden_cache=golden, golden_dtype=config.getoption("--golden-dtype"),
+                kernel_paths=tuple(str(Path(p).resolve()) for p in config.getoption("--kernel-path")),
+            ),
+            run_device_tier_on_cpu=config.getoption("--harness-tier") == "all",
+        ))
+        config.stash[_ENGINE_KEY] = engine
+    return engine
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    opt = config.getoption("--device", None)
+    if opt:
+        from harness.devices import DeviceError, parse_device
+        try:
+            parse_device(opt)
+        except DeviceError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    engine = config.stash.get(_ENGINE_KEY, None)
+    if engine is not None:
+        engine.close()

@@ -1,0 +1,1 @@
+"""Renderers of results: JSON (machine), terminal (people); more formats plug in here."""

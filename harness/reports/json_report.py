@@ -1,0 +1,65 @@
+"""The ``--json`` file: ``{"results": [...], "summary": {...}}`` (schema in docs/json-schema.md)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Iterable
+
+from harness import __version__
+from harness.outcomes import Outcome, Result
+
+SCHEMA_VERSION = 1
+
+
+def summarize(results: Iterable[Result]) -> dict:
+    results = list(results)
+    labels = Counter(r.label for r in results)
+    outcomes = Counter(r.outcome.value for r in results)
+    golden_computed = sum(1 for r in results if r.metrics.get("golden_cache_hit") is False)
+    golden_hits = sum(1 for r in results if r.metrics.get("golden_cache_hit") is True)
+    return {
+        "total": len(results),
+        "passed": sum(r.outcome.passed for r in results),
+        "failed": sum(r.outcome.failed for r in results),
+        "skipped": outcomes.get(Outcome.SKIPPED.value, 0),
+        "counts": dict(sorted(labels.items())),
+        "outcomes": dict(sorted(outcomes.items())),
+        "duration_s": round(sum(r.duration_s for r in results), 6),
+        "golden_cache": {"computed": golden_computed, "hits": golden_hits},
+    }
+
+
+def write_json(path: str | os.PathLike, results: list[Result], *, started: float, devices: list[str],
+               command: list[str]) -> None:
+    """Atomic: a reader never sees half a file, a crash never leaves one."""
+    doc = {
+        "schema": SCHEMA_VERSION,
+        "harness_version": __version__,
+        "command": command,
+        "host": socket.gethostname(),
+        "started": started,
+        "finished": time.time(),
+        "devices": devices,
+        "results": [r.to_json() for r in results],
+        "summary": summarize(results),
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=1, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: str | os.PathLike) -> tuple[list[Result], dict]:
+    doc = json.loads(Path(path).read_text())
+    return [Result.from_json(r) for r in doc["results"]], doc

@@ -1,0 +1,96 @@
+"""All terminal output of a run goes through one ``Reporter``.
+
+A rich progress bar (done/total, failures so far, the case on each device)
+on a terminal; one plain line per case otherwise, so CI logs stay readable.
+The final table groups results by outcome and lists every failure with its
+one-line summary.
+"""
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from harness.outcomes import Outcome, Result
+
+_STYLE = {Outcome.PASS: "green", Outcome.NEAR_TIE: "green", Outcome.SKIPPED: "yellow"}
+
+
+class Reporter:
+    def __init__(self, total: int, plain: bool = False, console: Console | None = None):
+        self.total = total
+        self.plain = plain
+        self.console = console or Console(highlight=False, soft_wrap=plain, no_color=plain)
+        self.done = 0
+        self.failures = 0
+        self.current: dict[str, str] = {}
+        self._progress: Progress | None = None
+        self._task = None
+
+    def __enter__(self) -> "Reporter":
+        if not self.plain:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("[red]{task.fields[failures]} failed"), TimeElapsedColumn(), TextColumn("eta"),
+                TimeRemainingColumn(), TextColumn("{task.fields[current]}"),
+                console=self.console, transient=True,
+            )
+            self._progress.__enter__()
+            self._task = self._progress.add_task("cases", total=self.total, failures=0, current="")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+            self._progress = None
+
+    def _refresh(self) -> None:
+        if self._progress is not None:
+            current = "  ".join(f"{d}: {c}" for d, c in sorted(self.current.items()))
+            self._progress.update(self._task, completed=self.done, failures=self.failures, current=current[:80])
+
+    def started(self, case_id: str, device: str) -> None:
+        self.current[device] = case_id
+        self._refresh()
+
+    def finished(self, result: Result) -> None:
+        self.done += 1
+        self.failures += result.outcome.failed
+        self.current.pop(result.device, None)
+        if self.plain:
+            line = f"[{self.done}/{self.total}] {result.label:<14} {result.case_id} ({result.duration_s:.2f} s)"
+            if result.outcome.failed:
+                line += f"\n    {result.summary}"
+            print(line, flush=True)
+        else:
+            if result.outcome.failed:
+                self.console.print(f"[red]{result.label}[/red] {result.case_id}: {result.summary}", markup=True)
+            self._refresh()
+
+    def note(self, text: str) -> None:
+        self.console.print(text, markup=False)
+
+    def final(self, results: list[Result], summary: dict) -> None:
+        table = Table(title="Summary", show_lines=False)
+        table.add_column("outcome")
+        table.add_column("cases", justify="right")
+        for label, count in sorted(summary["counts"].items(), key=lambda kv: (-kv[1], kv[0])):
+            table.add_row(label, str(count))
+        self.console.print(table)
+        failed = [r for r in results if r.outcome.failed]
+        if failed:
+            fail_table = Table(title="Failures")
+            fail_table.add_column("case")
+            fail_table.add_column("outcome")
+            fail_table.add_column("summary", overflow="fold")
+            for r in failed:
+                fail_table.add_row(r.case_id, r.label, r.summary)
+            self.console.print(fail_table)
+        gc = summary["golden_cache"]
+        self.console.print(
+            f"{summary['total']} cases: {summary['passed']} passed, {summary['failed']} failed, "
+            f"{summary['skipped']} skipped; goldens computed {gc['computed']}, from cache {gc['hits']}",
+            markup=False,
+        )

@@ -1,0 +1,86 @@
+"""The device worker process: imports torch once, then runs cases sent over a pipe.
+
+Started by ``harness.pool`` as ``python -m harness.worker --fd N --device D``.
+It knows nothing of the front end: messages are ``(name, kwargs)`` tuples;
+``run`` executes one case with stdout/stderr redirected at the file-descriptor
+level into the case's log (native kernels print there too), and answers with
+``result``.  Python stacks of every thread are dumped into the current log on
+SIGUSR1 (sent by the front end before it kills a hung case) and on a fatal
+signal.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import faulthandler
+import os
+import signal
+import sys
+from multiprocessing.connection import Connection
+
+
+@contextlib.contextmanager
+def redirected_output(log_path: str):
+    """Point fds 1 and 2 at the case log for the duration of the case."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="harness.worker")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--golden-cache", default="")
+    parser.add_argument("--golden-dtype", default="fp32")
+    args = parser.parse_args(argv)
+
+    conn = Connection(args.fd)
+    faulthandler.enable(all_threads=True)           # fatal signals: stacks to fd 2 (the case log)
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+
+    from goldens.cache import GoldenCache
+    from harness.devices import backend as backend_for, parse_device
+    from harness.case import Case
+    from harness.execute import KernelLoader, execute_case
+
+    device = parse_device(args.device)
+    backend = backend_for(device)
+    try:
+        absent = backend.absent_reason(device)
+        info = {} if absent else backend.describe(device)
+    except Exception as exc:   # a broken torch-npu install is an absent device, with the reason
+        absent, info = f"{type(exc).__name__}: {exc}", {}
+    golden_cache = GoldenCache(args.golden_cache or None)
+    loader = KernelLoader()
+    conn.send(("ready", {"absent": absent, "info": info, "pid": os.getpid()}))
+
+    while True:
+        try:
+            name, kwargs = conn.recv()
+        except EOFError:
+            return 0
+        if name == "stop":
+            return 0
+        if name == "run":
+            case = Case.from_wire(kwargs["case"])
+            with redirected_output(kwargs["log"]):
+                payload = execute_case(case, device, backend, golden_cache, loader, args.golden_dtype)
+            payload["golden_stats"] = {"hits": golden_cache.hits, "computed": golden_cache.computed}
+            conn.send(("result", payload))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

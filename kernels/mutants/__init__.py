@@ -1,0 +1,15 @@
+"""Mutant kernels: the reference with one real-world bug injected, so the harness can prove it catches it.
+
+Each module reproduces one bug class seen in fused kernels (DESIGN §1) and
+exposes a function per op it supports, named as the op (the builtin registry
+in ``kernels/__init__.py`` lists which).  Mutants reuse ``kernels.reference``
+and change one step, so everything but the bug is the reference's behaviour:
+
+- ``unguarded_slot_write``: cache rows written for ``slot < 0`` via raw offsets (out of bounds; 507018).
+- ``returns_query``: the fused op returns the rotated query, ``out`` never written (wrong buffer).
+- ``skip_rope``: no RoPE on q and k.
+- ``stale_kv``: attention reads the current token from the cache before its write lands.
+- ``racy_head``: now and then one head (or logits row) is torn, as without a pipeline barrier.
+- ``hang``: never returns (a cross-core deadlock).
+- ``segfault``: kills the process with SIGSEGV.
+"""
