@@ -14,8 +14,9 @@ Our readings:
   pre-launch cache through ``block_table[b]``.
 - RoPE uses ``positions`` as given; the causal mask uses each token's index in
   its chunk (the contract makes the two agree).
-- Queries are attended in blocks of ``QUERY_BLOCK`` rows to bound memory; the
-  result does not depend on the block size.
+- Queries are attended in blocks of ``QUERY_BLOCK`` rows to bound memory, each
+  block against the keys its last token can see; the result does not depend
+  on the block size (masked keys get weight exactly 0).
 
 Returns ``out [T, Hq, D]`` and the k/v rows ``[T, Hkv, D]`` each token would
 write (``k_cache``, ``v_cache``).
@@ -30,24 +31,37 @@ import torch
 from goldens.common import QUERY_BLOCK, GoldenInputError, as_stored, attend, gather_positions, rope_kv_rows
 
 
+# Inputs with one row per packed token: sliced per sequence.
+TOKEN_INPUTS = ("q_proj", "k_proj", "v_proj", "inv_rms", "positions")
+
+
 def compute(inputs: Mapping[str, Any], dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    q, k, v = rope_kv_rows(inputs, dtype)
-    q_att, k_att, v_att = as_stored(q), as_stored(k), as_stored(v)
     cu_seqlens, context_lens = inputs["cu_seqlens"].tolist(), inputs["context_lens"].tolist()
     block_table, scale = inputs["block_table"], float(inputs["scale"])
-    _check_packing(cu_seqlens, context_lens, tokens=q.shape[0])
+    tokens, head_dim = inputs["q_proj"].shape[0], inputs["q_norm_weight"].shape[0]
+    num_heads, num_kv_heads = inputs["q_proj"].shape[1] // head_dim, inputs["k_proj"].shape[1] // head_dim
+    _check_packing(cu_seqlens, context_lens, tokens)
 
-    out = torch.empty_like(q)
+    out = torch.empty(tokens, num_heads, head_dim, dtype=dtype)
+    k_rows = torch.empty(tokens, num_kv_heads, head_dim, dtype=dtype)
+    v_rows = torch.empty_like(k_rows)
     for b, context in enumerate(context_lens):
         first, end = cu_seqlens[b], cu_seqlens[b + 1]
-        keys = torch.cat([gather_positions(inputs["k_cache"], block_table[b], context, dtype), k_att[first:end]])
-        values = torch.cat([gather_positions(inputs["v_cache"], block_table[b], context, dtype), v_att[first:end]])
-        for start in range(first, end, QUERY_BLOCK):
-            stop = min(start + QUERY_BLOCK, end)
-            # token i of the chunk sees the context and chunk tokens 0..i
-            visible = context + torch.arange(start - first, stop - first) + 1
-            out[start:stop] = attend(q_att[start:stop], keys, values, scale, visible)
-    return {"out": out, "k_cache": k, "v_cache": v}
+        # the prologue one sequence at a time, so only one sequence's q is ever held
+        chunk = dict(inputs, **{name: inputs[name][first:end] for name in TOKEN_INPUTS})
+        q, k_rows[first:end], v_rows[first:end] = rope_kv_rows(chunk, dtype)
+        q = as_stored(q)
+        keys = torch.cat([gather_positions(inputs["k_cache"], block_table[b], context, dtype),
+                          as_stored(k_rows[first:end])])
+        values = torch.cat([gather_positions(inputs["v_cache"], block_table[b], context, dtype),
+                            as_stored(v_rows[first:end])])
+        for start in range(0, end - first, QUERY_BLOCK):
+            stop = min(start + QUERY_BLOCK, end - first)
+            # chunk token i sees the context and chunk tokens 0..i; no token of the block sees past `seen`
+            visible = context + torch.arange(start, stop) + 1
+            seen = context + stop
+            out[first + start:first + stop] = attend(q[start:stop], keys[:seen], values[:seen], scale, visible)
+    return {"out": out, "k_cache": k_rows, "v_cache": v_rows}
 
 
 def _check_packing(cu_seqlens: list[int], context_lens: list[int], tokens: int) -> None:

@@ -108,8 +108,23 @@ class Tolerance:
 
 
 DEFAULT_TOLERANCE = Tolerance(atol=3e-3, rtol=3e-3, max_error_ratio=0.005)
-# fp32 logits after L layers of bf16 weights and activations drift further than one bf16 rounding.
+# decode_layers runs L layers of bf16 weights and bf16 activations into every matmul
+# (fp32 accumulation), against an fp32 golden: the residual stream grows with depth and
+# so does its rounding. Measured on the reference kernel (tiny, 4 layers, 16 rows):
+# |diff| up to 0.09 on next_hidden (RMS 5), 0.03 on logits (RMS 1). Bugs move them by O(1).
 DEFAULT_LOGITS_TOLERANCE = Tolerance(atol=5e-2, rtol=2e-2, max_error_ratio=0.01, argmax_margin=5e-2)
+OP_DEFAULT_TOLERANCES: dict[tuple[str, str], Tolerance] = {
+    ("decode_layers", "logits"): DEFAULT_LOGITS_TOLERANCE,
+    ("decode_layers", "next_hidden"): Tolerance(atol=5e-2, rtol=3e-2, max_error_ratio=0.01),
+    ("decode_layers", "k_cache"): Tolerance(atol=2e-2, rtol=2e-2, max_error_ratio=0.01),
+    ("decode_layers", "v_cache"): Tolerance(atol=2e-2, rtol=2e-2, max_error_ratio=0.01),
+}
+
+
+def default_tolerance(op: str, name: str) -> Tolerance:
+    if (op, name) in OP_DEFAULT_TOLERANCES:
+        return OP_DEFAULT_TOLERANCES[(op, name)]
+    return DEFAULT_LOGITS_TOLERANCE if name == "logits" else DEFAULT_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -153,7 +168,7 @@ class Case:
     def tolerance_for(self, name: str) -> Tolerance:
         if name in self.tolerance:
             return self.tolerance[name]
-        return DEFAULT_LOGITS_TOLERANCE if name == "logits" else DEFAULT_TOLERANCE
+        return default_tolerance(self.op, name)
 
     # -- wire form ---------------------------------------------------------
     def to_wire(self) -> dict[str, Any]:

@@ -87,7 +87,7 @@ def cmd_run(args) -> int:
     from goldens.cache import default_cache_dir
     golden_cache = "" if args.no_golden_cache else str(args.golden_cache or default_cache_dir())
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    log_dir = Path(args.log_dir or Path("reports") / "logs" / stamp)
+    log_dir = Path(args.log_dir or Path("reports") / "logs" / stamp).resolve()
     options = RunOptions(
         devices=devices,
         worker=WorkerOptions(log_dir=log_dir, golden_cache=golden_cache, golden_dtype=args.golden_dtype,

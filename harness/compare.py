@@ -23,9 +23,12 @@ are 0) is reported but decides nothing.
 The input is walked in chunks of at most ``chunk_elems`` elements, each made of
 whole rows of the trailing dims, through preallocated buffers: the extra
 memory is O(chunk_elems) plus one counter per index of each localised dim,
-whatever the size of the inputs.  Chunks with nothing bad and nothing
-non-finite cost no localisation work (the compared-element counts per index
-follow from the shape and ``rows``).
+whatever the size or strides of the inputs (no input is copied whole).
+Chunks with nothing bad and nothing non-finite cost no localisation work (the
+compared-element counts per index follow from the shape and ``rows``).  The
+walk runs under ``torch.no_grad()`` with torch's CPU ops on one thread (the
+caller's thread count is restored after): per-chunk ops are too small to
+share, and spinning OpenMP threads on a loaded machine made them 25x slower.
 
 Failures of the *call* (shapes differ, a bad ``axes``/``groups``/``rows``/
 tolerance) raise ``ValueError``; a mismatch is an ordinary ``Comparison``
@@ -67,6 +70,7 @@ a non-zero or a non-total share)::
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from dataclasses import dataclass, fields
@@ -106,14 +110,14 @@ class Comparison:
     max_error_ratio: float
     nonfinite_actual: int
     nonfinite_expected: int
-    max_abs_error: float                 # NaN when no finite pair was compared
-    max_abs_index: Index                 # () when no finite pair was compared
-    max_abs_allowed: float               # atol + rtol*|e| at max_abs_index
-    max_rel_error: float
+    max_abs_error: float                 # over finite pairs; NaN when there is none
+    max_abs_index: Index                 # () when there is no finite pair
+    max_rel_error: float                 # |a-e|/|e|: inf where e == 0 != a
     max_rel_index: Index
-    worst: tuple[tuple[Index, float, float, float], ...]
-    first_bad: tuple[Index, ...]
-    localisation: dict[str, tuple[float, ...]]
+    worst: tuple[tuple[Index, float, float, float], ...]   # (index, actual, expected, |diff|)
+    first_bad: tuple[Index, ...]         # up to 5, row-major
+    localisation: dict[str, tuple[float, ...]]   # name -> bad ratio per index (NaN: none compared)
+    max_abs_allowed: float = math.nan    # atol + rtol*|e| at max_abs_index
 
     @property
     def bad_ratio(self) -> float:
@@ -377,8 +381,9 @@ class _Layout:
 class _Walk:
     """Mutable state of one comparison: buffers, running maxima, counters."""
 
-    def __init__(self, layout: _Layout, dtype: torch.dtype, device: torch.device,
-                 atol: float, rtol: float, loc_dims: set[int], numel: int, ndim: int):
+    def __init__(self, layout: _Layout, dtype: torch.dtype, actual_dtype: torch.dtype,
+                 expected_dtype: torch.dtype, device: torch.device, atol: float, rtol: float,
+                 loc_dims: set[int], numel: int, ndim: int):
         self.layout = layout
         self.dtype = dtype
         self.atol, self.rtol = atol, rtol
@@ -386,8 +391,12 @@ class _Walk:
         self.atol_c = torch.tensor(atol, dtype=dtype).item()
         self.ndim = ndim                      # of the caller's tensor (0 for a scalar)
         n = min(layout.rows_per_chunk * layout.row, max(numel, 1))
-        self.buf_a = torch.empty(n, dtype=dtype, device=device)
-        self.buf_e = torch.empty(n, dtype=dtype, device=device)
+        # Widening buffers, only for an input not already in the compute dtype.
+        self.buf_a = self.buf_e = None
+        if actual_dtype != dtype:
+            self.buf_a = torch.empty(n, dtype=dtype, device=device)
+        if expected_dtype != dtype:
+            self.buf_e = torch.empty(n, dtype=dtype, device=device)
         self.buf_d = torch.empty(n, dtype=dtype, device=device)
         self.buf_t = torch.empty(n, dtype=dtype, device=device)
         self.buf_r = torch.empty(n, dtype=dtype, device=device)
@@ -454,10 +463,10 @@ class _Walk:
         self._record_bad(ctx, bad, nbad, d, could_rank)
 
     def _nonfinite(self, ctx, n: int) -> None:
-        outer, j, a, e = ctx
+        _, _, a, e = ctx
         d, t = self.buf_d[:n], self.buf_t[:n]
-        fin_a = torch.isfinite(a).view(-1)
-        fin_e = torch.isfinite(e).view(-1)
+        fin_a = torch.isfinite(a).reshape(-1)             # row-major, whatever the strides
+        fin_e = torch.isfinite(e).reshape(-1)
         self.nonfinite_a += int((~fin_a).sum().item())
         self.nonfinite_e += int((~fin_e).sum().item())
         fin = fin_a & fin_e
@@ -516,7 +525,7 @@ class _Walk:
                 order = torch.sort(key[qs], descending=True, stable=True).indices[:k]
                 self._merge_worst(ctx, qs[order].tolist())
             if self.counts:
-                self._localise_sparse(outer, j, qs, nbad, flat.numel())
+                self._localise_sparse(outer, j, qs, nbad)
             return
         if len(self.first) < _KEEP_FIRST:
             qs = torch.nonzero(flat[:_KEEP_FIRST * _SPARSE]).flatten()
@@ -525,7 +534,8 @@ class _Walk:
             self.first.extend(self.layout.index(outer, j, q)
                               for q in qs[:_KEEP_FIRST - len(self.first)].tolist())
         if rank:
-            masked = torch.where(flat, key, 0.0, out=self.buf_r[:flat.numel()])
+            # Bad keys are > 0 (or inf); every other key is finite, so this zeroes them.
+            masked = torch.mul(key, flat, out=self.buf_r[:flat.numel()])
             threshold = masked.topk(k).values[-1].item()   # > 0: every bad key is > 0
             above = torch.nonzero(masked > threshold).flatten().tolist()
             at = torch.nonzero(masked == threshold).flatten()[:k - len(above)].tolist()
@@ -546,20 +556,19 @@ class _Walk:
         self.worst.sort(key=lambda w: w[:3])
         del self.worst[_KEEP_WORST:]
 
-    def _localise_sparse(self, outer: Index, j: int, qs: torch.Tensor, nbad: int,
-                         n: int) -> None:
+    def _localise_sparse(self, outer: Index, j: int, qs: torch.Tensor, nbad: int) -> None:
         lay = self.layout
         d, row = lay.split, lay.row
+        qs = qs.to(torch.device("cpu"))
+        ones = torch.ones_like(qs)
         for dim, cnt in self.counts.items():
             if dim < d - 1:
                 cnt[outer[dim]] += nbad
             elif dim == d - 1:
-                m = n // row
-                cnt[j:j + m] += torch.bincount(qs // row, minlength=m).to(cnt.device)
+                cnt.index_add_(0, qs // row + j, ones)
             else:
                 stride = math.prod(lay.shape[dim + 1:])
-                coord = (qs // stride) % lay.shape[dim]
-                cnt += torch.bincount(coord, minlength=lay.shape[dim]).to(cnt.device)
+                cnt.index_add_(0, (qs // stride) % lay.shape[dim], ones)
 
     def _localise_dense(self, outer: Index, j: int, flat: torch.Tensor, nbad: int) -> None:
         lay = self.layout
@@ -586,7 +595,28 @@ class _Walk:
         return tuple(index)
 
 
-def _compared_per_index(shape: tuple[int, ...], dim: int, mask: torch.Tensor | None) -> torch.Tensor:
+@contextlib.contextmanager
+def _intra_op_threads(n: int):
+    """Run torch CPU ops on ``n`` threads, restoring the caller's setting after.
+
+    Per-chunk ops are ~0.1-1 MB each: sharing one between OpenMP threads gains
+    little on an idle machine and collapses when the cores are busy (spinning
+    threads wait for descheduled ones: measured 25x slower on a loaded 2-core
+    box, where one thread ran at the speed of a plain copy).
+    """
+    before = torch.get_num_threads()
+    if before == n:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _compared_per_index(shape: tuple[int, ...], dim: int,
+                        mask: torch.Tensor | None) -> torch.Tensor:
     """Compared elements at each index of ``dim`` (float64), from shape and rows only."""
     total_rows = shape[0] if mask is None else int(mask.sum().item())
     inner = math.prod(shape[1:])
@@ -594,7 +624,8 @@ def _compared_per_index(shape: tuple[int, ...], dim: int, mask: torch.Tensor | N
         if mask is None:
             return torch.full((shape[0],), float(inner), dtype=torch.float64)
         return mask.to(torch.float64) * inner
-    return torch.full((shape[dim],), float(total_rows * inner // shape[dim]), dtype=torch.float64)
+    per_index = total_rows * inner // shape[dim] if shape[dim] else 0
+    return torch.full((shape[dim],), float(per_index), dtype=torch.float64)
 
 
 def _ratios(bad: torch.Tensor, compared: torch.Tensor) -> tuple[float, ...]:
@@ -637,11 +668,13 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
     numel = sum(stop - start for start, stop in runs) * math.prod(shape[1:])
     layout = _Layout.plan(shape, chunk_elems)
     loc_dims = set(named) | {dim for dim, _ in group_specs.values()}
-    walk = _Walk(layout, dtype, actual.device, atol, rtol, loc_dims, numel, caller_ndim)
+    walk = _Walk(layout, dtype, actual.dtype, expected.dtype, actual.device, atol, rtol,
+                 loc_dims, numel, caller_ndim)
     if numel:
-        for start, stop in runs:
-            for outer, j, m in layout.chunks(start, stop):
-                walk.add(actual, expected, outer, j, m)
+        with torch.no_grad(), _intra_op_threads(1):
+            for start, stop in runs:
+                for outer, j, m in layout.chunks(start, stop):
+                    walk.add(actual, expected, outer, j, m)
 
     localisation: dict[str, tuple[float, ...]] = {}
     for dim, axis in named.items():

@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 from harness.case import Case
 from harness.devices import Device
 from harness.outcomes import Outcome, Result
-from harness.pool import DeviceWorker, WorkerOptions, log_name
+from harness.pool import DeviceWorker, WorkerOptions, case_fields, log_name
 
 
 @dataclass
@@ -63,8 +63,7 @@ class Engine:
     def _run_on(self, worker: DeviceWorker, case: Case, repeat: int) -> Result:
         reason = tier_skip_reason(case, worker.device, self.options.run_device_tier_on_cpu)
         if reason:
-            return Result(case_id=case.case_id, outcome=Outcome.SKIPPED, summary=reason, repeat=repeat,
-                          device=str(worker.device), params=dict(case.params))
+            return Result(outcome=Outcome.SKIPPED, summary=reason, **case_fields(case, repeat, worker.device, None))
         log = self.options.worker.log_dir / log_name(case.case_id, repeat)
         return worker.run(case, log, repeat)
 

@@ -21,6 +21,7 @@ Every error is a ``MatrixError``: one line, ``<path>:<line>:<col>: <field>: <wha
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import itertools
 import math
@@ -33,8 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 import yaml
 
 from harness.case import (
-    DEFAULT_LOGITS_TOLERANCE,
-    DEFAULT_TOLERANCE,
+    default_tolerance,
     GEOMETRY_FIELDS,
     PRESETS,
     Case,
@@ -178,7 +178,8 @@ def _describe_scalar(value: Any, text: str | None = None) -> str:
         return f"{value!r} (a string)"
     if isinstance(value, (int, float)):
         return text if text is not None else repr(value)
-    return f"{text if text is not None else value!r} (a {type(value).__name__})"
+    shown = repr(text) if text is not None else repr(value)
+    return f"{shown} (a {type(value).__name__})"
 
 
 def _compose(text: str, path: str) -> tuple[yaml.Node | None, _Loader]:
@@ -187,7 +188,7 @@ def _compose(text: str, path: str) -> tuple[yaml.Node | None, _Loader]:
     try:
         return loader.get_single_node(), loader
     except yaml.MarkedYAMLError as exc:
-        raise _yaml_error(exc, path) from None
+        raise _yaml_error(exc, path, text) from None
     except yaml.YAMLError as exc:
         raise MatrixError(path, None, None, "", f"invalid YAML: {_one_line(str(exc))}") from None
     finally:
@@ -198,12 +199,18 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _yaml_error(exc: yaml.MarkedYAMLError, path: str) -> MatrixError:
+def _yaml_error(exc: yaml.MarkedYAMLError, path: str, text: str = "") -> MatrixError:
+    """One line at the error mark.  A problem at end of input (an unclosed bracket or quote)
+    is reported where the unclosed construct starts: that is the line to fix."""
     mark = exc.problem_mark or exc.context_mark
-    what = _one_line(exc.problem or "malformed")
+    what = _one_line(exc.problem or "malformed").replace("'<stream end>'", "end of file")
+    at_end = exc.problem_mark is not None and exc.problem_mark.index >= len(text.rstrip())
     if exc.context:
         ctx = _one_line(exc.context)
-        if exc.context_mark is not None and exc.context_mark is not mark:
+        if at_end and exc.context_mark is not None:
+            mark = exc.context_mark
+            ctx += " that starts here"
+        elif exc.context_mark is not None and exc.context_mark.line != mark.line:
             ctx += f" at line {exc.context_mark.line + 1}"
         what += f" ({ctx})"
     line = mark.line + 1 if mark is not None else None
@@ -211,23 +218,35 @@ def _yaml_error(exc: yaml.MarkedYAMLError, path: str) -> MatrixError:
     return MatrixError(path, line, column, "", f"invalid YAML: {what}")
 
 
+_PLAIN_COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+
+
 def _tree(loader: _Loader, node: yaml.Node, where: Where, active: frozenset = frozenset()) -> _Node:
     where = where.at(node)
     if id(node) in active:
         raise where.error("recursive YAML alias")
     active = active | {id(node)}
+    if isinstance(node, yaml.CollectionNode) and node.tag not in _PLAIN_COLLECTION_TAGS:
+        raise where.error(f"unsupported YAML tag '{node.tag}' (case files hold plain mappings, lists and scalars)")
     if isinstance(node, yaml.MappingNode):
-        loader.flatten_mapping(node)            # YAML merge keys (<<)
+        explicit = sum(1 for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge")
+        loader.flatten_mapping(node)            # YAML merge keys (<<): merged pairs come first
+        first_explicit = len(node.value) - explicit
         children: dict[str, _Node] = {}
         keys: dict[str, Where] = {}
-        for knode, vnode in node.value:
+        merged: set[str] = set()
+        for i, (knode, vnode) in enumerate(node.value):
             key = loader.construct_object(knode, deep=True) if isinstance(knode, yaml.ScalarNode) else None
             if not isinstance(key, str):
                 shown = _describe_scalar(key) if isinstance(knode, yaml.ScalarNode) else "a collection"
                 raise where.at(knode).error(f"keys must be plain strings, got {shown}")
             kw = where.key(key).at(knode)
-            if key in children:
+            if key in children and key not in merged:
                 raise kw.error(f"duplicate key '{key}' (first at line {keys[key].line})")
+            if i < first_explicit:
+                merged.add(key)               # a merged value: explicit keys override it
+            else:
+                merged.discard(key)
             keys[key] = kw
             children[key] = _tree(loader, vnode, where.key(key), active)
         return _Node("map", children, where, keys)
@@ -519,8 +538,6 @@ def _env_value(n: _Node) -> tuple[dict[str, str], dict[str, str]]:
 
 
 TIERS = ("ci", "device")
-
-
 _GEOMETRY_FLOATS = ("rope_theta", "eps")
 
 # key -> node -> (parsed, plain)
@@ -550,7 +567,6 @@ CASE_KEYS: tuple[str, ...] = (
 )
 TOP_KEYS: tuple[str, ...] = ("name", *CASE_KEYS, "matrix", "exclude", "include")
 INCLUDE_KEYS: tuple[str, ...] = ("name", *CASE_KEYS)
-assert set(_PARSERS) == set(CASE_KEYS)
 
 # The plain form of each key's default (geometry fields come from the preset).
 _DEFAULT_PLAIN: dict[str, Any] = {
@@ -803,7 +819,7 @@ def _build_case(spec: _Spec, draft: _Draft) -> Case:
         timeout_s=float(get("timeout_s", 60.0)),
         env=dict(get("env", {})),
         tier=get("tier", "ci"),
-        params={k: v.plain for k, v in values.items()},
+        params={k: copy.deepcopy(v.plain) for k, v in values.items()},
     )
 
     pages = case.num_pages
@@ -837,8 +853,7 @@ def _resolve_tolerance(spec: _ToleranceSpec | None, args, op: str, in_case: str)
     names = [a.name for a in args]
 
     def resolved(name: str, fields: dict[str, float]) -> Tolerance:
-        base = DEFAULT_LOGITS_TOLERANCE if name == "logits" else DEFAULT_TOLERANCE
-        return replace(base, **fields)
+        return replace(default_tolerance(op, name), **fields)
 
     if spec.flat is not None:
         fields = dict(spec.flat)
@@ -880,7 +895,7 @@ def load_matrix(path: "str | os.PathLike[str]") -> list[Case]:
     try:
         root = _tree(loader, node, Where(shown))
     except yaml.MarkedYAMLError as exc:        # e.g. a bad merge key
-        raise _yaml_error(exc, shown) from None
+        raise _yaml_error(exc, shown, text) from None
     spec = _read_spec(root, shown)
     return [_build_case(spec, draft) for draft in _expand(spec)]
 

@@ -63,6 +63,10 @@ class Result:
 
     case_id: str
     outcome: Outcome
+    matrix: str = ""
+    op: str = ""
+    kernel: str = ""
+    seed: int | None = None
     code: int | str | None = None
     summary: str = ""
     report: str = ""                      # the fixed-format comparison text, "" when it passed

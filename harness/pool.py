@@ -51,6 +51,12 @@ def worker_env(options: WorkerOptions, case_env: dict[str, str]) -> dict[str, st
     return env
 
 
+def case_fields(case: Case, repeat: int, device: Device, log: Path | None) -> dict:
+    """The fields every result of ``case`` carries, whatever its outcome."""
+    return dict(case_id=case.case_id, matrix=case.matrix, op=case.op, kernel=case.kernel, seed=case.seed,
+                repeat=repeat, device=str(device), log=str(log) if log else None, params=dict(case.params))
+
+
 def log_name(case_id: str, repeat: int) -> str:
     safe = re.sub(r"[^A-Za-z0-9_.=,()+-]+", "_", case_id)[:180]
     return f"{safe}.r{repeat}.log"
@@ -139,8 +145,7 @@ class DeviceWorker:
     # -- one case ----------------------------------------------------------------
     def run(self, case: Case, log_path: Path, repeat: int = 0) -> Result:
         started = time.perf_counter()
-        base = dict(case_id=case.case_id, repeat=repeat, device=str(self.device), log=str(log_path),
-                    params=dict(case.params))
+        base = case_fields(case, repeat, self.device, log_path)
         try:
             self.ensure(case.env)
         except WorkerStartError as exc:

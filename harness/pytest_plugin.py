@@ -107,7 +107,7 @@ def _engine(config: pytest.Config):
         from harness.pool import WorkerOptions
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        log_dir = Path(config.getoption("--harness-log-dir") or Path("reports") / "logs" / f"pytest-{stamp}") / worker
+        log_dir = Path(config.getoption("--harness-log-dir") or Path("reports") / "logs" / f"pytest-{stamp}").resolve() / worker
         golden = "" if config.getoption("--no-golden-cache") else str(
             config.getoption("--golden-cache") or default_cache_dir())
         engine = Engine(RunOptions(

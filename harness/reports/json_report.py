@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import tempfile
@@ -14,6 +15,17 @@ from harness import __version__
 from harness.outcomes import Outcome, Result
 
 SCHEMA_VERSION = 1
+
+
+def _strict(value):
+    """Strict JSON: NaN becomes null, infinities the strings "Infinity"/"-Infinity"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
 
 
 def summarize(results: Iterable[Result]) -> dict:
@@ -45,7 +57,7 @@ def write_json(path: str | os.PathLike, results: list[Result], *, started: float
         "started": started,
         "finished": time.time(),
         "devices": devices,
-        "results": [r.to_json() for r in results],
+        "results": [_strict(r.to_json()) for r in results],
         "summary": summarize(results),
     }
     path = Path(path)
@@ -53,7 +65,7 @@ def write_json(path: str | os.PathLike, results: list[Result], *, started: float
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=1, default=str)
+            json.dump(doc, fh, indent=1, default=str, allow_nan=False)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

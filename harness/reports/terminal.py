@@ -82,8 +82,8 @@ class Reporter:
         failed = [r for r in results if r.outcome.failed]
         if failed:
             fail_table = Table(title="Failures")
-            fail_table.add_column("case")
-            fail_table.add_column("outcome")
+            fail_table.add_column("case", overflow="fold")
+            fail_table.add_column("outcome", no_wrap=True)
             fail_table.add_column("summary", overflow="fold")
             for r in failed:
                 fail_table.add_row(r.case_id, r.label, r.summary)

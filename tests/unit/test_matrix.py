@@ -10,8 +10,10 @@ import textwrap
 import pytest
 
 from harness.case import (
+    GEOMETRY_FIELDS,
     DEFAULT_LOGITS_TOLERANCE,
     DEFAULT_TOLERANCE,
+    default_tolerance,
     PRESETS,
     Case,
     SeqLens,
@@ -19,6 +21,7 @@ from harness.case import (
     Tolerance,
 )
 from harness.matrix import (
+    CASE_KEYS,
     ExpressionError,
     MatrixError,
     Where,
@@ -144,6 +147,12 @@ class TestSpecExample:
 # Defaults, names, geometry
 # ---------------------------------------------------------------------------
 
+def test_every_case_key_has_a_parser_and_a_default():
+    from harness import matrix
+    assert set(matrix._PARSERS) == set(CASE_KEYS)
+    assert set(matrix._DEFAULT_PLAIN) | set(GEOMETRY_FIELDS) == set(CASE_KEYS)
+
+
 def test_defaults(tmp_path):
     (case,) = load(tmp_path, "op: rope_kv_write\n", "single.yaml")
     assert case.case_id == "single"
@@ -253,9 +262,23 @@ def test_every_value_form(tmp_path):
 def test_yaml_anchors_and_merge_keys(tmp_path):
     cases = load(tmp_path, """\
         op: rope_kv_write
-        base: &base {batch: 2, seed: 3}
-    """.replace("base: &base {batch: 2, seed: 3}\n", "") + "include:\n  - &one {batch: 2, seed: 3}\n  - {<<: *one, seed: 4}\n")
+        include:
+          - &one {batch: 2, seed: 3}
+          - {<<: *one, seed: 4}
+    """)
     assert ids(cases) == ["m[batch=2,seed=3]", "m[batch=2,seed=4]"]
+    assert [c.seed for c in cases] == [3, 4]
+
+
+def test_explicit_keys_override_merged_ones_but_not_each_other(tmp_path):
+    (case,) = load(tmp_path, """\
+        op: rope_kv_write
+        include:
+          - {<<: {seed: 1, batch: 2}, seed: 5}
+    """)
+    assert (case.seed, case.geometry.batch) == (5, 2)
+    err = error(tmp_path, "op: rope_kv_write\ninclude:\n  - {<<: {seed: 1}, seed: 5, seed: 6}\n")
+    assert err.message == "duplicate key 'seed' (first at line 3)"
 
 
 # ---------------------------------------------------------------------------
@@ -364,10 +387,11 @@ def test_per_output_tolerance(tmp_path):
     assert case.tolerance["logits"] == Tolerance(0.1, DEFAULT_LOGITS_TOLERANCE.rtol,
                                                  DEFAULT_LOGITS_TOLERANCE.max_error_ratio,
                                                  DEFAULT_LOGITS_TOLERANCE.argmax_margin)
-    assert case.tolerance["next_hidden"] == Tolerance(DEFAULT_TOLERANCE.atol, 0.5, 0.0)
+    hidden_default = default_tolerance("decode_layers", "next_hidden")
+    assert case.tolerance["next_hidden"] == Tolerance(hidden_default.atol, 0.5, 0.0)
     assert case.tolerance["k_cache"] == Tolerance(0.0, 0.0, 0.0)
     assert "v_cache" not in case.tolerance
-    assert case.tolerance_for("v_cache") == DEFAULT_TOLERANCE
+    assert case.tolerance_for("v_cache") == default_tolerance("decode_layers", "v_cache")
 
 
 def test_flat_tolerance_fills_every_output_and_cache(tmp_path):
@@ -375,7 +399,8 @@ def test_flat_tolerance_fills_every_output_and_cache(tmp_path):
     assert set(case.tolerance) == {"logits", "next_hidden", "k_cache", "v_cache"}
     assert case.tolerance["logits"] == Tolerance(0.5, DEFAULT_LOGITS_TOLERANCE.rtol,
                                                  DEFAULT_LOGITS_TOLERANCE.max_error_ratio, 0.2)
-    assert case.tolerance["next_hidden"] == Tolerance(0.5, DEFAULT_TOLERANCE.rtol, DEFAULT_TOLERANCE.max_error_ratio)
+    hidden_default = default_tolerance("decode_layers", "next_hidden")
+    assert case.tolerance["next_hidden"] == Tolerance(0.5, hidden_default.rtol, hidden_default.max_error_ratio)
 
 
 def test_tolerance_axis(tmp_path):
@@ -389,24 +414,19 @@ def test_tolerance_axis(tmp_path):
 
 
 @pytest.mark.parametrize("tolerance, where, message", [
-    ("{query: {atol: 1}}", "4:3: tolerance.query", "op paged_decode_attention has no output or cache 'query'"),
-    ("{out: {argmax_margin: 1}}", "4:9: tolerance.out.argmax_margin", "argmax_margin applies to logits only"),
-    ("{argmax_margin: 0.1}", "4:3: tolerance.argmax_margin", "op paged_decode_attention has no logits"),
-    ("{atl: 1}", "4:3: tolerance.atl", "unknown tolerance field 'atl'; did you mean 'atol'?"),
-    ("{atol: 1, out: {atol: 1}}", "4:13: tolerance.out", "mixes tolerance fields and per-output mappings"),
-    ("{max_error_ratio: 1.5}", "4:20: tolerance.max_error_ratio", "must be <= 1, got 1.5"),
-    ("{atol: -1}", "4:9: tolerance.atol", "must be >= 0, got -1"),
-    ("{atol: true}", "4:9: tolerance.atol", "expected a number, got true (a boolean)"),
+    ("{query: {atol: 1}}", "3:13: tolerance.query", "op paged_decode_attention has no output or cache 'query'"),
+    ("{out: {argmax_margin: 1}}", "3:19: tolerance.out.argmax_margin", "argmax_margin applies to logits only"),
+    ("{argmax_margin: 0.1}", "3:13: tolerance.argmax_margin", "op paged_decode_attention has no logits"),
+    ("{atl: 1}", "3:13: tolerance.atl", "unknown tolerance field 'atl'; did you mean 'atol'?"),
+    ("{atol: 1, out: {atol: 1}}", "3:22: tolerance.out", "mixes tolerance fields and per-output mappings"),
+    ("{max_error_ratio: 1.5}", "3:30: tolerance.max_error_ratio", "must be <= 1, got 1.5"),
+    ("{atol: -1}", "3:19: tolerance.atol", "must be >= 0, got -1"),
+    ("{atol: true}", "3:19: tolerance.atol", "expected a number, got true (a boolean)"),
     ("0.1", "3:12: tolerance", "expected {atol, rtol, max_error_ratio} or a mapping"),
 ])
 def test_bad_tolerance(tmp_path, tolerance, where, message):
-    text = "op: paged_decode_attention\nseed: 1\ntolerance:\n  " + tolerance.strip("{}").replace(": {", ":\n    {") \
-        if False else f"op: paged_decode_attention\nseed: 1\ntolerance: {tolerance}\n"
-    # flow mappings keep everything on line 3; recompute where from a block layout for the multi-line cases
-    err = error(tmp_path, text)
-    line, col, field = where.split(":", 2)
-    assert err.line == 3
-    assert err.field == field.strip()
+    err = error(tmp_path, f"op: paged_decode_attention\nseed: 1\ntolerance: {tolerance}\n")
+    assert f"{err.line}:{err.column}: {err.field}" == where
     assert message in err.message
 
 
@@ -528,17 +548,40 @@ def test_slot_mode_error_in_file_names_the_axis_element(tmp_path):
 
 def test_malformed_yaml(tmp_path):
     err = error(tmp_path, "op: rope_kv_write\nmatrix:\n  batch: [1, 2\n  seed: [1]\n")
-    assert err.line is not None and err.column is not None
-    assert err.message.startswith("invalid YAML: ")
-    assert err.field == ""
+    assert (err.line, err.column, err.field) == (4, 7, "")
+    assert err.message == ("invalid YAML: expected ',' or ']', but got ':' "
+                           "(while parsing a flow sequence at line 3)")
     err = error(tmp_path, "op: rope_kv_write\n  seed: 1\n")
     assert (err.line, err.column) == (2, 7)
     assert "mapping values are not allowed here" in err.message
 
 
+@pytest.mark.parametrize("text, line, column", [
+    ("op: rope_kv_write\nmatrix:\n  batch: [1, 2\n", 3, 10),
+    ("op: rope_kv_write\nmatrix:\n  batch: [1, 2\n\n# trailing comment\n", 3, 10),
+    ("op: rope_kv_write\nenv: {A: 'x}\n", 2, 10),
+])
+def test_unclosed_at_end_of_file_points_at_the_opening(tmp_path, text, line, column):
+    err = error(tmp_path, text)
+    assert (err.line, err.column) == (line, column)
+    assert err.message.startswith("invalid YAML: ") and "that starts here" in err.message
+
+
 def test_tab_indentation_is_reported_with_its_place(tmp_path):
     err = error(tmp_path, "op: rope_kv_write\nmatrix:\n\tseed: [1]\n")
     assert (err.line, err.column) == (3, 1)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("op: rope_kv_write\nseed: !foo 3\n", "invalid YAML: could not determine a constructor for the tag '!foo'"),
+    ("op: rope_kv_write\nseed: !!python/object:os.system {}\n", "unsupported YAML tag 'tag:yaml.org,2002:python/object:os.system'"),
+    ("op: rope_kv_write\nenv: !!set {A}\n", "unsupported YAML tag 'tag:yaml.org,2002:set'"),
+    ("op: rope_kv_write\nseed: 2024-01-01\n", "expected an integer, got '2024-01-01' (a date)"),
+])
+def test_yaml_tags_are_not_constructed(tmp_path, text, message):
+    err = error(tmp_path, text)
+    assert (err.line, err.column) == (2, text.split("\n")[1].index(":") + 3)
+    assert message in err.message
 
 
 def test_two_documents(tmp_path):
@@ -938,7 +981,7 @@ def _k(cases, expr):
     ("warmup", 1),
     ("not warmup", 42),
     ("batch=1, and seed=7", 9),                   # 3 seq_lens * 3 slot modes
-    ("random or arange", 20),
+    ("random or arange", 24),
     ("batch=1, and (random or arange)", 12),
     ("not (batch=16 or warmup)", 18),
     ("not not warmup", 1),

@@ -1,0 +1,83 @@
+"""Harness overhead: N tiny cases through the engine (worker process, pipe, logs, timeouts)
+side by side with a plain in-process loop doing the same generation, golden, kernel and checks.
+
+    python bench/bench_harness_overhead.py [--cases 300] [--repeats 3]
+
+Both sides compute every golden (no golden cache) so they do identical work; the
+worker is warmed with one case before timing.  Goals (issue 2): ≤ 5 ms per case
+of overhead, total ≤ 1.3x the loop.  Prints medians over --repeats.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from goldens.cache import GoldenCache
+from harness.case import PRESETS, Case, SeqLens, SlotMode
+from harness.devices import Device, backend
+from harness.engine import Engine, Planned, RunOptions
+from harness.execute import KernelLoader, execute_case
+from harness.outcomes import Outcome
+from harness.pool import WorkerOptions
+
+OPS = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention")
+
+
+def tiny_cases(n: int) -> list[Case]:
+    cases = []
+    for i in range(n):
+        op = OPS[i % len(OPS)]
+        cases.append(Case(case_id=f"bench[{op},seed={i}]", matrix="bench", source="bench", op=op,
+                          kernel="reference", geometry=replace(PRESETS["tiny"], batch=4),
+                          seq_lens=SeqLens("multi_block"), slot_mode=SlotMode("arange"), seed=i))
+    return cases
+
+
+def in_process_loop(cases: list[Case]) -> float:
+    device = Device("cpu")
+    be, loader, cache = backend(device), KernelLoader(), GoldenCache(None)
+    execute_case(cases[0], device, be, cache, loader)          # same warm-up as the worker gets
+    start = time.perf_counter()
+    for case in cases:
+        payload = execute_case(case, device, be, cache, loader)
+        assert payload["outcome"] == "PASS", payload
+    return time.perf_counter() - start
+
+
+def through_engine(cases: list[Case], log_dir: Path) -> float:
+    options = RunOptions(devices=[Device("cpu")], worker=WorkerOptions(log_dir=log_dir, golden_cache=""))
+    with Engine(options) as engine:
+        engine.run_one(cases[0])                                # worker start-up and warm-up, not timed
+        start = time.perf_counter()
+        results = engine.run([Planned(i, c) for i, c in enumerate(cases)])
+        elapsed = time.perf_counter() - start
+    assert len(results) == len(cases) and all(r.outcome is Outcome.PASS for r in results)
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cases", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    cases = tiny_cases(args.cases)
+    loop_times, engine_times = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.repeats):           # interleaved, so machine noise hits both sides alike
+            loop_times.append(in_process_loop(cases))
+            engine_times.append(through_engine(cases, Path(tmp) / f"logs{r}"))
+    loop, engine = statistics.median(loop_times), statistics.median(engine_times)
+    n = len(cases)
+    print(f"cases: {n} tiny ({', '.join(OPS)}), goldens computed on both sides, medians of {args.repeats}")
+    print(f"in-process loop : {loop:8.3f} s  ({1000 * loop / n:6.2f} ms/case)")
+    print(f"harness engine  : {engine:8.3f} s  ({1000 * engine / n:6.2f} ms/case)")
+    print(f"overhead        : {1000 * (engine - loop) / n:6.2f} ms/case   (goal <= 5 ms)")
+    print(f"ratio           : {engine / loop:6.3f}x              (goal <= 1.3x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Every checker fails on the bug it exists for: shipped mutants and classic-bug kernels, one run.
+
+One ``harness run`` over a generated matrix (real worker processes), then one
+assertion per case: the expected outcome, and the reference passing the same
+inputs.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import KERNELS_UNDER_TEST, results_by_id, run_harness, write_case_file
+
+BUGS = """\
+name: bugs
+seq_lens: multi_block
+batch: 4
+timeout_s: 20
+include:
+  - {name: ref-rope, op: rope_kv_write, slot_mode: "padded(0.5)"}
+  - {name: ref-fused, op: fused_rope_decode_attention, slot_mode: "padded(0.5)"}
+  - {name: ref-prefill, op: prefill_attention, chunk_size: 8, slot_mode: "padded(0.25)"}
+  - {name: ref-layers, op: decode_layers, num_layers: 2, slot_mode: "padded(0.5)"}
+  - {name: ref-paged, op: paged_decode_attention}
+  - {name: unguarded-rope, op: rope_kv_write, kernel: unguarded_slot_write, slot_mode: "padded(0.5)"}
+  - {name: unguarded-fused, op: fused_rope_decode_attention, kernel: unguarded_slot_write, slot_mode: "padded(0.5)"}
+  - {name: unguarded-warmup, op: fused_rope_decode_attention, kernel: unguarded_slot_write, batch: 16, seq_lens: "const(1)", slot_mode: "const(-1)", scratch_pages: 1, block_value: 0}
+  - {name: ref-warmup, op: fused_rope_decode_attention, batch: 16, seq_lens: "const(1)", slot_mode: "const(-1)", scratch_pages: 1, block_value: 0}
+  - {name: unguarded-layers, op: decode_layers, kernel: unguarded_slot_write, num_layers: 2, slot_mode: "padded(0.5)"}
+  - {name: returns-query, op: fused_rope_decode_attention, kernel: returns_query}
+  - {name: skip-rope, op: rope_kv_write, kernel: skip_rope}
+  - {name: skip-rope-layers, op: decode_layers, kernel: skip_rope, num_layers: 2}
+  - {name: stale-kv, op: fused_rope_decode_attention, kernel: stale_kv}
+  - {name: stale-kv-prefill, op: prefill_attention, kernel: stale_kv, chunk_size: 8}
+  - {name: racy-head, op: paged_decode_attention, kernel: racy_head, env: {RACY_HEAD_P: "1"}}
+  - {name: racy-head-never, op: paged_decode_attention, kernel: racy_head, env: {RACY_HEAD_P: "0"}}
+  - {name: hang, op: rope_kv_write, kernel: hang, timeout_s: 2}
+  - {name: segfault, op: rope_kv_write, kernel: segfault}
+  - {name: gptj-rope, op: rope_kv_write, kernel: "classic_bugs.kernels:gptj_rope_kv_write"}
+  - {name: off-by-one-page, op: paged_decode_attention, kernel: "classic_bugs.kernels:off_by_one_page"}
+  - {name: half-written, op: paged_decode_attention, kernel: "classic_bugs.kernels:half_written"}
+  - {name: nan-head, op: fused_rope_decode_attention, kernel: "classic_bugs.kernels:nan_head"}
+  - {name: wrong-signature, op: paged_decode_attention, kernel: "classic_bugs.kernels:wrong_signature"}
+  - {name: returns-new-tensor, op: paged_decode_attention, kernel: "classic_bugs.kernels:returns_new_tensor"}
+  - {name: npu-fault, op: rope_kv_write, kernel: "classic_bugs.kernels:npu_style_fault"}
+"""
+
+EXPECTED = {
+    "ref-rope": ("PASS", None),
+    "ref-fused": ("PASS", None),
+    "ref-prefill": ("PASS", None),
+    "ref-layers": ("PASS", None),
+    "ref-paged": ("PASS", None),
+    "ref-warmup": ("PASS", None),
+    "unguarded-rope": ("OOB_WRITE", "guard band"),
+    "unguarded-fused": ("OOB_WRITE", "guard band"),
+    "unguarded-warmup": ("OOB_WRITE", "guard band"),
+    "unguarded-layers": ("OOB_WRITE", "guard band"),
+    "returns-query": ("CONTRACT", "returned the 'query' buffer"),
+    "skip-rope": ("MISMATCH", "query"),
+    "skip-rope-layers": ("MISMATCH", None),
+    "stale-kv": ("MISMATCH", "out"),
+    "stale-kv-prefill": ("MISMATCH", "out"),
+    "racy-head": ("MISMATCH", "out"),
+    "racy-head-never": ("PASS", None),
+    "hang": ("HANG", "timeout_s=2"),
+    "segfault": ("CRASH", "SIGSEGV"),
+    "gptj-rope": ("MISMATCH", "query"),
+    "off-by-one-page": ("MISMATCH", "out"),
+    "half-written": ("UNWRITTEN", "never written"),
+    "nan-head": ("NONFINITE", "head [1]"),
+    "wrong-signature": ("CONTRACT", "scale"),
+    "returns-new-tensor": ("CONTRACT", "not the 'out' buffer"),
+    "npu-fault": ("DEVICE_FAULT", "507018"),
+}
+
+
+@pytest.fixture(scope="module")
+def bug_results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bugs")
+    cases = write_case_file(tmp / "cases", "bugs.yaml", BUGS)
+    out = tmp / "out.json"
+    proc = run_harness("run", str(cases), "--device", "cpu", "--kernel-path", str(KERNELS_UNDER_TEST),
+                       "--json", str(out), "--no-golden-cache", "--log-dir", str(tmp / "logs"), cwd=tmp)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    return {cid.split("[")[1].rstrip("]"): r for cid, r in results_by_id(out).items()}, json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_bug_gets_its_outcome(bug_results, name):
+    results, _ = bug_results
+    outcome, needle = EXPECTED[name]
+    r = results[name]
+    assert r["outcome"] == outcome, f"{name}: {r['outcome']} {r['summary']}\n{r['report'][:2000]}"
+    if needle:
+        assert needle in r["summary"] + r["report"] + str(r["code"]), r["summary"]
+
+
+def test_every_case_has_exactly_one_result(bug_results):
+    results, doc = bug_results
+    assert len(doc["results"]) == len(EXPECTED) == len(results)
+
+
+def test_mismatch_report_localises_the_corrupted_head(bug_results):
+    results, _ = bug_results
+    report = results["racy-head"]["report"]
+    assert "head: 1 of 4 bad" in report, report
+
+
+def test_device_fault_label_is_the_code(bug_results):
+    results, _ = bug_results
+    assert results["npu-fault"]["label"] == "FAIL_507018"

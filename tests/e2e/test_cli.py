@@ -1,0 +1,135 @@
+"""The `harness` CLI end to end, in subprocesses, on generated case files."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import ROOT, results_by_id, run_harness, write_case_file
+
+GOOD = """\
+name: good
+op: fused_rope_decode_attention
+matrix:
+  batch: [1, 4]
+  seq_lens: [multi_block]
+  slot_mode: [arange, "padded(0.5)"]
+exclude:
+  - {batch: 1, slot_mode: "padded(0.5)"}
+"""
+
+REQUIRED_RESULT_KEYS = {"case_id", "outcome", "code", "metrics", "duration_s", "repeat", "device", "log"}
+
+
+def test_run_passes_writes_json_and_exits_0(tmp_path, golden_cache_dir):
+    cases = write_case_file(tmp_path / "cases", "good.yaml", GOOD)
+    out = tmp_path / "out.json"
+    proc = run_harness("run", str(cases), "--device", "cpu", "--json", str(out),
+                       "--golden-cache", str(golden_cache_dir), "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert set(doc) >= {"results", "summary"}
+    assert doc["summary"]["total"] == 3 and doc["summary"]["passed"] == 3
+    for r in doc["results"]:
+        assert REQUIRED_RESULT_KEYS <= set(r)
+        assert r["outcome"] == "PASS" and r["device"] == "cpu" and r["repeat"] == 0
+    assert "3 passed" in proc.stdout
+
+    again = run_harness("run", str(cases), "--json", str(out), "--golden-cache", str(golden_cache_dir),
+                        "--log-dir", str(tmp_path / "logs2"), cwd=tmp_path)
+    assert again.returncode == 0
+    assert json.loads(out.read_text())["summary"]["golden_cache"] == {"computed": 0, "hits": 3}
+
+
+def test_failures_exit_1_and_keep_every_result(tmp_path, golden_cache_dir):
+    cases = write_case_file(tmp_path / "cases", "mixed.yaml", """\
+        name: mixed
+        op: fused_rope_decode_attention
+        seq_lens: multi_block
+        matrix:
+          kernel: [reference, returns_query, stale_kv]
+        """)
+    out = tmp_path / "out.json"
+    proc = run_harness("run", str(cases), "--json", str(out), "--golden-cache", str(golden_cache_dir),
+                       "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    res = results_by_id(out)
+    assert res["mixed[kernel=reference]"]["outcome"] == "PASS"
+    assert res["mixed[kernel=returns_query]"]["outcome"] == "CONTRACT"
+    assert res["mixed[kernel=stale_kv]"]["outcome"] == "MISMATCH"
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("op: rope_kv_write\nmatrix:\n  batch: [1, 2\n", "bad.yaml:3"),
+    ("op: rope_kv_write\nslot_mdoe: arange\n", "slot_mdoe"),
+    ("op: no_such_op\n", "no_such_op"),
+    ("op: rope_kv_write\nkernel: nosuchkernel\n", "nosuchkernel"),
+    ("op: rope_kv_write\ngeometry: llama-9000\n", "llama-9000"),
+    ("op: rope_kv_write\nbatch: two\n", "batch"),
+    ("op: rope_kv_write\nmatrix:\n  seed: []\n", "seed"),
+    ("op: rope_kv_write\nnum_heads: 5\nnum_kv_heads: 2\n", "num_heads"),
+    ("op: rope_kv_write\nnum_pages: 8\nseq_lens: const(5000)\n", "seq_lens"),
+    ("op: rope_kv_write\npage_size: 0\n", "page_size"),
+])
+def test_bad_case_files_give_one_line_and_exit_2(tmp_path, text, needle):
+    path = write_case_file(tmp_path / "cases", "bad.yaml", text)
+    proc = run_harness("run", str(path), cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "bad.yaml" in lines[0] and needle in lines[0]
+
+
+@pytest.mark.parametrize("device", ["npu:x", "gpu", "cuda:-1", "cpu:0"])
+def test_invalid_device_exits_2(tmp_path, device):
+    cases = write_case_file(tmp_path / "cases", "good.yaml", GOOD)
+    proc = run_harness("run", str(cases), "--device", device, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2
+    assert "invalid device" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_selection_that_matches_nothing_exits_2(tmp_path):
+    cases = write_case_file(tmp_path / "cases", "good.yaml", GOOD)
+    proc = run_harness("run", str(cases), "-k", "nothing_like_this", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and "no cases matching" in proc.stderr
+
+
+def test_absent_device_and_broken_kernel_module_are_per_case(tmp_path, golden_cache_dir):
+    (tmp_path / "lib" / "brokenkern").mkdir(parents=True)
+    (tmp_path / "lib" / "brokenkern" / "__init__.py").write_text("raise RuntimeError('half-built checkout')\n")
+    cases = write_case_file(tmp_path / "cases", "k.yaml", """\
+        name: k
+        op: rope_kv_write
+        matrix:
+          kernel: [reference, "brokenkern:rope_kv_write", "missingkern.ops:rope_kv_write"]
+        """)
+    out = tmp_path / "out.json"
+    proc = run_harness("run", str(cases), "--kernel-path", str(tmp_path / "lib"), "--json", str(out),
+                       "--golden-cache", str(golden_cache_dir), "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
+    assert proc.returncode == 1
+    res = results_by_id(out)
+    assert res["k[kernel=reference]"]["outcome"] == "PASS"
+    assert res["k[kernel=brokenkern:rope_kv_write]"]["outcome"] == "BUILD_ERROR"
+    assert "half-built checkout" in res["k[kernel=brokenkern:rope_kv_write]"]["summary"]
+    assert res["k[kernel=missingkern.ops:rope_kv_write]"]["outcome"] == "BUILD_ERROR"
+
+    npu = run_harness("run", str(cases), "-k", "reference", "--device", "npu:0", "--json", str(out),
+                      "--golden-cache", str(golden_cache_dir), "--log-dir", str(tmp_path / "logs3"), cwd=tmp_path)
+    assert npu.returncode == 0
+    (only,) = results_by_id(out).values()
+    assert only["outcome"] == "SKIPPED" and "not present" in only["summary"]
+
+
+def test_list_prints_ids(tmp_path):
+    cases = write_case_file(tmp_path / "cases", "good.yaml", GOOD)
+    proc = run_harness("list", str(cases), cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0
+    ids = [line.split("\t")[0] for line in proc.stdout.splitlines()]
+    assert ids == ["good[batch=1,slot_mode=arange]", "good[batch=4,slot_mode=arange]",
+                   "good[batch=4,slot_mode=padded(0.5)]"]
+
+
+def test_shipped_cases_load():
+    proc = run_harness("list", str(ROOT / "cases"), cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) > 100

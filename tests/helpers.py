@@ -1,0 +1,29 @@
+"""Helpers shared by the project's tests (importable as `helpers`: tests/ is on pythonpath)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS_UNDER_TEST = Path(__file__).resolve().parent / "kernels_under_test"
+
+
+def write_case_file(directory: Path, name: str, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def run_harness(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+
+
+def results_by_id(json_path: Path) -> dict[str, dict]:
+    return {r["case_id"]: r for r in json.loads(json_path.read_text())["results"]}
