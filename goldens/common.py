@@ -112,17 +112,19 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     Query head ``h`` reads KV head ``h // (Hq / Hkv)``.  ``visible [M]`` (optional)
     is how many leading key positions each query sees (the causal mask).
     """
-    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    rows, num_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
     if num_heads % num_kv_heads:
         raise GoldenInputError(f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads")
-    kv_head = torch.arange(num_heads) // (num_heads // num_kv_heads)
-    k, v = k[:, kv_head], v[:, kv_head]                       # [n, Hq, D]
-    scores = torch.einsum("mhd,nhd->hmn", q, k) * scale       # [Hq, M, n]
+    group = num_heads // num_kv_heads
+    # query head h is (KV head h // group, member h % group): a view, no copy of k or v per query head
+    q = q.reshape(rows, num_kv_heads, group, head_dim)
+    scores = torch.einsum("mkgd,nkd->kgmn", q, k) * scale      # [Hkv, group, M, n]
     if visible is not None:
         hidden = torch.arange(k.shape[0])[None, :] >= visible[:, None]   # [M, n]
         scores = scores.masked_fill(hidden, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
-    return torch.einsum("hmn,nhd->mhd", probs, v)
+    return torch.einsum("kgmn,nkd->mkgd", probs, v).reshape(rows, num_heads, head_dim)
 
 
 def decode_attention(q: torch.Tensor, k_new: torch.Tensor | None, v_new: torch.Tensor | None,

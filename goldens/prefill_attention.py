@@ -16,7 +16,8 @@ Our readings:
   its chunk (the contract makes the two agree).
 - Queries are attended in blocks of ``QUERY_BLOCK`` rows to bound memory, each
   block against the keys its last token can see; the result does not depend
-  on the block size (masked keys get weight exactly 0).
+  on the block size (masked keys get weight exactly 0).  The prologue runs one
+  sequence at a time, so only one sequence's q is held at once.
 
 Returns ``out [T, Hq, D]`` and the k/v rows ``[T, Hkv, D]`` each token would
 write (``k_cache``, ``v_cache``).

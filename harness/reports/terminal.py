@@ -7,7 +7,6 @@ one-line summary.
 """
 from __future__ import annotations
 
-import sys
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from dataclasses import replace
 
 import pytest
@@ -230,6 +229,18 @@ def test_query_head_h_reads_kv_head_h_over_group():
     assert (before[:, 2:] != after[:, 2:]).any(dim=-1).all()
 
 
+def test_output_head_h_comes_from_query_head_h():
+    """Changing query head 1 changes output head 1 only (not a head permuted by the GQA grouping)."""
+    args = case_args("paged_decode_attention", seq_lens=SeqLens("const", (20,)))
+    before = run("paged_decode_attention", args)["out"]
+    query = args["query"].clone()
+    query[:, 1] = -query[:, 1]
+    after = run("paged_decode_attention", dict(args, query=query))["out"]
+    others = [0, 2, 3]
+    assert torch.equal(before[:, others], after[:, others])
+    assert (before[:, 1] != after[:, 1]).any(dim=-1).all()
+
+
 @pytest.mark.parametrize("op", ATTENTION_OPS)
 def test_paged_gather_follows_the_block_table(op):
     """Moving pages around and the block table with them changes nothing."""
@@ -413,26 +424,3 @@ def test_fp32_agrees_with_fp64(op, seed):
     single, double = goldens.compute(op, args, torch.float32), goldens.compute(op, args, torch.float64)
     for name in double:
         torch.testing.assert_close(single[name].double(), double[name], rtol=1e-5, atol=1e-5, msg=name)
-
-
-@pytest.fixture
-def one_thread():
-    """One intra-op thread, so CPU time is this golden's work, not other threads spinning on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-@pytest.mark.parametrize("op", goldens.ops())
-def test_tiny_cases_are_fast(op, one_thread):
-    """Under 50 ms of CPU a case (typically 0.3-2 ms; best of 10, so a loaded machine does not make it flaky)."""
-    args = case_args(op)
-    timings = []
-    for _ in range(10):
-        start = time.process_time()
-        goldens.compute(op, args)
-        timings.append(time.process_time() - start)
-    assert min(timings) < 0.05, timings
