@@ -217,8 +217,14 @@ def _check_cache(case: Case, ci: CaseInputs, name: str, before: torch.Tensor, af
             prefix = f"layer {layer} " if layered else ""
             listed.append(f"{prefix}slot {slot} (page {slot // P}, offset {slot % P})")
         more = ", ..." if n_changed > _MAX_LISTED else ""
+        # A negative slot used as a Python/torch index wraps to the end of the cache.
+        rows_total = flat_before.shape[1]
+        wrapped = {rows_total + s for s in ci.slots.tolist() if s < 0} if ci.op.writes_cache else set()
+        hint = ""
+        if wrapped & set(changed.any(dim=0).nonzero().flatten().tolist()):
+            hint = " (where a negative slot lands when used as an index: a write for slot < 0)"
         findings.append(Finding(
             Outcome.CONTRACT,
-            f"{name}: {n_changed} rows outside the slot mapping changed: {', '.join(listed)}{more}",
+            f"{name}: {n_changed} rows outside the slot mapping changed: {', '.join(listed)}{more}{hint}",
         ))
     return findings

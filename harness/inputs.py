@@ -215,17 +215,26 @@ def _scale_decode_weights(args: dict[str, Any], case: Case, seq_lens: list[int])
 
 def _cache(shape: tuple[int, ...], block_table: torch.Tensor, filled: list[int], P: int,
            g: torch.Generator) -> torch.Tensor:
-    """Canary everywhere (values no valid row has), then valid context where it is read."""
+    """Canary everywhere (values no valid row has), then valid context where it is read.
+
+    Sized for qwen3-14b (40 layers of [N, 128, 8, 128]): the canary is tiled in place,
+    and each layer's context is one draw scattered by one indexed write.
+    """
     numel = math.prod(shape)
     period = (torch.rand(_CANARY_PERIOD, generator=g) * 64 - 32).bfloat16()
-    cache = period.repeat(math.ceil(numel / _CANARY_PERIOD))[:numel].view(shape).clone()
+    flat = torch.empty(numel, dtype=torch.bfloat16)
+    whole = numel // _CANARY_PERIOD
+    flat[: whole * _CANARY_PERIOD].view(whole, _CANARY_PERIOD).copy_(period.expand(whole, _CANARY_PERIOD))
+    flat[whole * _CANARY_PERIOD:] = period[: numel - whole * _CANARY_PERIOD]
+    cache = flat.view(shape)
     layers = cache if len(shape) == 5 else cache.unsqueeze(0)
-    row_shape = shape[-2:]
-    for b, count in enumerate(filled):
-        if count <= 0:
-            continue
-        pos = torch.arange(count)
-        page = block_table[b, pos // P].to(torch.int64)
-        for layer in layers:
-            layer[page, pos % P] = torch.randn((count,) + row_shape, generator=g).bfloat16()
+    seqs = [(b, count) for b, count in enumerate(filled) if count > 0]
+    if not seqs:
+        return cache
+    pos = torch.cat([torch.arange(count) for _, count in seqs])
+    rows = torch.cat([torch.full((count,), b) for b, count in seqs])
+    page = block_table[rows, pos // P].to(torch.int64)
+    offset = pos % P
+    for layer in layers:
+        layer[page, offset] = torch.randn((len(pos),) + tuple(shape[-2:]), generator=g, dtype=torch.bfloat16)
     return cache

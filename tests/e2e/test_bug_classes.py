@@ -10,41 +10,9 @@ import json
 
 import pytest
 
-from helpers import KERNELS_UNDER_TEST, results_by_id, run_harness, write_case_file
+from helpers import KERNELS_UNDER_TEST, ROOT, results_by_id, run_harness, write_case_file
 
-BUGS = """\
-name: bugs
-seq_lens: multi_block
-batch: 4
-timeout_s: 20
-include:
-  - {name: ref-rope, op: rope_kv_write, slot_mode: "padded(0.5)"}
-  - {name: ref-fused, op: fused_rope_decode_attention, slot_mode: "padded(0.5)"}
-  - {name: ref-prefill, op: prefill_attention, chunk_size: 8, slot_mode: "padded(0.25)"}
-  - {name: ref-layers, op: decode_layers, num_layers: 2, slot_mode: "padded(0.5)"}
-  - {name: ref-paged, op: paged_decode_attention}
-  - {name: unguarded-rope, op: rope_kv_write, kernel: unguarded_slot_write, slot_mode: "padded(0.5)"}
-  - {name: unguarded-fused, op: fused_rope_decode_attention, kernel: unguarded_slot_write, slot_mode: "padded(0.5)"}
-  - {name: unguarded-warmup, op: fused_rope_decode_attention, kernel: unguarded_slot_write, batch: 16, seq_lens: "const(1)", slot_mode: "const(-1)", scratch_pages: 1, block_value: 0}
-  - {name: ref-warmup, op: fused_rope_decode_attention, batch: 16, seq_lens: "const(1)", slot_mode: "const(-1)", scratch_pages: 1, block_value: 0}
-  - {name: unguarded-layers, op: decode_layers, kernel: unguarded_slot_write, num_layers: 2, slot_mode: "padded(0.5)"}
-  - {name: returns-query, op: fused_rope_decode_attention, kernel: returns_query}
-  - {name: skip-rope, op: rope_kv_write, kernel: skip_rope}
-  - {name: skip-rope-layers, op: decode_layers, kernel: skip_rope, num_layers: 2}
-  - {name: stale-kv, op: fused_rope_decode_attention, kernel: stale_kv}
-  - {name: stale-kv-prefill, op: prefill_attention, kernel: stale_kv, chunk_size: 8}
-  - {name: racy-head, op: paged_decode_attention, kernel: racy_head, env: {RACY_HEAD_P: "1"}}
-  - {name: racy-head-never, op: paged_decode_attention, kernel: racy_head, env: {RACY_HEAD_P: "0"}}
-  - {name: hang, op: rope_kv_write, kernel: hang, timeout_s: 2}
-  - {name: segfault, op: rope_kv_write, kernel: segfault}
-  - {name: gptj-rope, op: rope_kv_write, kernel: "classic_bugs.kernels:gptj_rope_kv_write"}
-  - {name: off-by-one-page, op: paged_decode_attention, kernel: "classic_bugs.kernels:off_by_one_page"}
-  - {name: half-written, op: paged_decode_attention, kernel: "classic_bugs.kernels:half_written"}
-  - {name: nan-head, op: fused_rope_decode_attention, kernel: "classic_bugs.kernels:nan_head"}
-  - {name: wrong-signature, op: paged_decode_attention, kernel: "classic_bugs.kernels:wrong_signature"}
-  - {name: returns-new-tensor, op: paged_decode_attention, kernel: "classic_bugs.kernels:returns_new_tensor"}
-  - {name: npu-fault, op: rope_kv_write, kernel: "classic_bugs.kernels:npu_style_fault"}
-"""
+BUGS = (ROOT / "ci" / "bug-classes.yaml").read_text()
 
 EXPECTED = {
     "ref-rope": ("PASS", None),

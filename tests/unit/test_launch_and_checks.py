@@ -199,3 +199,16 @@ def test_json_is_strict(tmp_path):
     doc = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict constant {c}"))
     assert doc["results"][0]["metrics"] == {"rel": "Infinity", "loc": [None, 0.5]}
     assert doc["summary"]["failed"] == 1
+
+
+def test_negative_slot_used_as_an_index_is_named():
+    def wraps_negative_slots(**kw):
+        reference.rope_kv_write(**kw)
+        k = kw["k_cache"].view(-1, *kw["k_cache"].shape[-2:])
+        for slot in kw["slot_mapping"].tolist():
+            if slot < 0:
+                k[slot] = 1.0                   # Python indexing: -1 is the last row
+
+    verdict = run(case(slot_mode=SlotMode("padded", 0.5)), wraps_negative_slots)
+    assert verdict.outcome is Outcome.CONTRACT
+    assert "a write for slot < 0" in verdict.summary
