@@ -47,7 +47,7 @@ class Engine:
 
     def close(self) -> None:
         for w in self.workers:
-            w.stop()
+            w.close()
 
     def __enter__(self) -> "Engine":
         return self

@@ -51,6 +51,10 @@ def worker_env(options: WorkerOptions, case_env: dict[str, str]) -> dict[str, st
     return env
 
 
+def _env_key(case_env: dict[str, str]) -> tuple:
+    return tuple(sorted(case_env.items()))
+
+
 def case_fields(case: Case, repeat: int, device: Device, log: Path | None) -> dict:
     """The fields every result of ``case`` carries, whatever its outcome."""
     return dict(case_id=case.case_id, matrix=case.matrix, op=case.op, kernel=case.kernel, seed=case.seed,
@@ -66,28 +70,65 @@ class WorkerStartError(RuntimeError):
     pass
 
 
+@dataclass
+class _Process:
+    """One started worker process and its end of the pipe."""
+
+    proc: subprocess.Popen
+    conn: Connection
+    env_key: tuple
+    log_path: Path
+
+    def stop(self, force: bool = False) -> None:
+        try:
+            if not force and self.proc.poll() is None:
+                try:
+                    self.conn.send(("stop", {}))
+                    self.proc.wait(timeout=_TERM_GRACE_S)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            _terminate(self.proc)
+        finally:
+            self.conn.close()
+
+
 class DeviceWorker:
+    """The front end's handle on one device's worker process.
+
+    After the first replacement (a hang, a crash, a sticky fault) a spare worker
+    is kept starting in the background, so the next replacement costs nothing:
+    a fault-prone matrix does not pay a torch import per fault.
+    """
+
     def __init__(self, device: Device, options: WorkerOptions, name: str = "w0"):
         self.device = device
         self.options = options
         self.name = name
-        self.proc: subprocess.Popen | None = None
-        self.conn: Connection | None = None
-        self.env_key: tuple | None = None
+        self.current: _Process | None = None
+        self.spare: _Process | None = None
         self.absent: str | None = None
         self.info: dict = {}
-        self.starts = 0
+        self.starts = 0           # processes started, spares included
+        self.replacements = 0     # workers stopped because of a fault
         self.last_golden_stats: dict = {}
 
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.current.proc if self.current else None
+
+    @property
+    def conn(self) -> Connection | None:
+        return self.current.conn if self.current else None
+
     # -- lifecycle -------------------------------------------------------------
-    def _start(self, case_env: dict[str, str]) -> None:
+    def _spawn(self, case_env: dict[str, str]) -> _Process:
         self.options.log_dir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
         parent_sock, child_sock = socket.socketpair()
         log_path = self.options.log_dir / f"worker-{self.name}-{str(self.device).replace(':', '')}-{self.starts}.log"
         try:
             with open(log_path, "ab") as log:
-                self.proc = subprocess.Popen(
+                proc = subprocess.Popen(
                     [sys.executable, "-m", "harness.worker", "--fd", str(child_sock.fileno()),
                      "--device", str(self.device), "--golden-cache", self.options.golden_cache,
                      "--golden-dtype", self.options.golden_dtype],
@@ -97,50 +138,60 @@ class DeviceWorker:
                 )
         finally:
             child_sock.close()
-        self.conn = Connection(parent_sock.detach())
-        self.env_key = tuple(sorted(case_env.items()))
-        if not self.conn.poll(self.options.startup_timeout_s):
-            self.stop(force=True)
+        return _Process(proc, Connection(parent_sock.detach()), _env_key(case_env), log_path)
+
+    def _await_ready(self, process: _Process) -> None:
+        if not process.conn.poll(self.options.startup_timeout_s):
+            process.stop(force=True)
             raise WorkerStartError(f"worker for {self.device} did not start within "
-                                   f"{self.options.startup_timeout_s:g}s (log: {log_path})")
+                                   f"{self.options.startup_timeout_s:g}s (log: {process.log_path})")
         try:
-            name, ready = self.conn.recv()
-        except EOFError:
-            self.stop(force=True)
-            tail = read_log(log_path)[-2000:].strip()
-            raise WorkerStartError(f"worker for {self.device} died while starting (log: {log_path}): {tail}") from None
+            _, ready = process.conn.recv()
+        except (EOFError, OSError):
+            process.stop(force=True)
+            tail = read_log(process.log_path)[-2000:].strip()
+            raise WorkerStartError(
+                f"worker for {self.device} died while starting (log: {process.log_path}): {tail}") from None
         self.absent, self.info = ready["absent"], ready["info"]
 
     def ensure(self, case_env: dict[str, str]) -> None:
-        key = tuple(sorted(case_env.items()))
-        if self.proc is not None and self.proc.poll() is None and key == self.env_key:
+        key = _env_key(case_env)
+        if self.current is not None and self.current.proc.poll() is None and self.current.env_key == key:
             return
         self.stop()
         last: Exception | None = None
         for _ in range(_STARTUP_ATTEMPTS):
+            spare, self.spare = self.spare, None
+            if spare is not None and spare.env_key != key:
+                spare.stop(force=True)
+                spare = None
             try:
-                self._start(case_env)
-                return
+                process = spare or self._spawn(case_env)
+                self._await_ready(process)
             except WorkerStartError as exc:
                 last = exc
+                continue
+            self.current = process
+            if self.replacements:
+                self.spare = self._spawn(case_env)
+            return
         raise last  # type: ignore[misc]
 
+    def replace(self) -> None:
+        """The device context is suspect (hang, crash, sticky fault): the next case gets a fresh worker."""
+        self.replacements += 1
+        self.stop(force=True)
+
     def stop(self, force: bool = False) -> None:
-        proc, conn = self.proc, self.conn
-        self.proc = self.conn = None
-        if proc is None:
-            return
-        try:
-            if not force and proc.poll() is None and conn is not None:
-                try:
-                    conn.send(("stop", {}))
-                    proc.wait(timeout=_TERM_GRACE_S)
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
-            _terminate(proc)
-        finally:
-            if conn is not None:
-                conn.close()
+        current, self.current = self.current, None
+        if current is not None:
+            current.stop(force=force)
+
+    def close(self) -> None:
+        self.stop()
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            spare.stop(force=True)
 
     # -- one case ----------------------------------------------------------------
     def run(self, case: Case, log_path: Path, repeat: int = 0) -> Result:
@@ -179,7 +230,7 @@ class DeviceWorker:
             cls = classify_exception(payload["stage"], payload["exc_type"], payload["message"],
                                      payload["traceback"], read_log(log_path))
         if cls.sticky:
-            self.stop()   # the device context is poisoned: the next case gets a fresh worker
+            self.replace()
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary,
                       report=payload["traceback"], duration_s=duration, sticky=cls.sticky,
                       metrics={"secondary": list(cls.secondary)} if cls.secondary else {}, **base)
@@ -192,7 +243,7 @@ class DeviceWorker:
                 time.sleep(_STACK_DUMP_GRACE_S)
             except OSError:
                 pass
-        self.stop(force=True)
+        self.replace()
         cls = classify_timeout(case.timeout_s)
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
                       report=read_log(log_path)[-4000:], duration_s=time.perf_counter() - started, **base)
@@ -205,7 +256,7 @@ class DeviceWorker:
                 returncode = proc.wait(timeout=_TERM_GRACE_S)
             except subprocess.TimeoutExpired:
                 pass
-        self.stop(force=True)
+        self.replace()
         log_text = read_log(log_path)
         cls = classify_exit(returncode, log_text)
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,

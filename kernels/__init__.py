@@ -34,6 +34,11 @@ BUILTINS: dict[str, dict[str, str]] = {
     "racy_head": _table("kernels.mutants.racy_head", ALL_OPS),
     "hang": _table("kernels.mutants.hang", ALL_OPS),
     "segfault": _table("kernels.mutants.segfault", ALL_OPS),
+    # Real faults, for proving the run survives them (issue: classification).
+    "native_hang": _table("kernels.mutants.native_hang", ALL_OPS),
+    "abort": _table("kernels.mutants.abort", ALL_OPS),
+    "oom": _table("kernels.mutants.oom", ALL_OPS),
+    "npu_fault": _table("kernels.mutants.npu_fault", ALL_OPS),
 }
 
 

@@ -12,4 +12,8 @@ and change one step, so everything but the bug is the reference's behaviour:
 - ``racy_head``: now and then one head (or logits row) is torn, as without a pipeline barrier.
 - ``hang``: never returns (a cross-core deadlock).
 - ``segfault``: kills the process with SIGSEGV.
+- ``native_hang``: blocks in native code with SIGTERM ignored (only SIGKILL ends it).
+- ``abort``: ``abort()`` as a failed native assertion does (SIGABRT).
+- ``oom``: allocates until a bounded address-space limit stops it.
+- ``npu_fault``: an emulation of torch-npu's report of an AICore fault and 507018.
 """

@@ -34,7 +34,7 @@ def options(tmp_path) -> WorkerOptions:
 def worker(options):
     w = DeviceWorker(Device("cpu"), options)
     yield w
-    w.stop()
+    w.close()
 
 
 def test_worker_is_warm_across_cases_and_runs_in_another_process(worker, tmp_path):
@@ -57,7 +57,7 @@ def test_hang_is_killed_dumps_stacks_and_next_case_gets_a_fresh_worker(worker, t
     assert "hang" in text                                        # the mutant's frame is in it
     after = worker.run(make_case(case_id="after"), tmp_path / "after.log")
     assert after.outcome is Outcome.PASS
-    assert worker.starts == 2
+    assert worker.replacements == 1
 
 
 def test_segfault_is_a_crash_with_its_signal_and_the_run_goes_on(worker, tmp_path):
@@ -89,7 +89,7 @@ def test_absent_device_gives_skipped_with_reason(options, tmp_path):
     try:
         r = w.run(make_case(), tmp_path / "x.log")
     finally:
-        w.stop()
+        w.close()
     assert r.outcome is Outcome.SKIPPED
     assert "torch-npu" in r.summary or "NPU" in r.summary
 
@@ -129,5 +129,44 @@ def test_kernel_path_reaches_the_worker(tmp_path, options):
     try:
         r = w.run(make_case(kernel="mykern.ops:rope"), tmp_path / "k.log")
     finally:
-        w.stop()
+        w.close()
     assert r.outcome is Outcome.PASS, r.summary
+
+
+def test_native_hang_that_ignores_sigterm_is_killed(worker, tmp_path):
+    log = tmp_path / "native.log"
+    hung = worker.run(make_case(kernel="native_hang", case_id="nh", timeout_s=1.0), log)
+    assert hung.outcome is Outcome.HANG
+    assert "native_hang" in log.read_text()          # faulthandler reached it inside pause()
+    assert worker.run(make_case(case_id="after"), tmp_path / "a.log").outcome is Outcome.PASS
+
+
+def test_abort_is_a_crash_with_sigabrt(worker, tmp_path):
+    crashed = worker.run(make_case(kernel="abort", case_id="ab"), tmp_path / "ab.log")
+    assert (crashed.outcome, crashed.code) == (Outcome.CRASH, "SIGABRT")
+
+
+def test_bounded_allocation_is_oom_and_keeps_the_worker(worker, tmp_path):
+    oom = worker.run(make_case(kernel="oom", case_id="oom"), tmp_path / "oom.log")
+    assert oom.outcome is Outcome.OOM, oom.summary
+    assert not oom.sticky
+    assert worker.run(make_case(case_id="after"), tmp_path / "a.log").outcome is Outcome.PASS
+    assert worker.replacements == 0
+
+
+def test_emulated_npu_fault_names_the_root_cause_and_replaces_the_worker(worker, tmp_path):
+    fault = worker.run(make_case(kernel="npu_fault", case_id="npu"), tmp_path / "npu.log")
+    assert fault.outcome is Outcome.DEVICE_FAULT and fault.sticky
+    assert "FAIL_507018" in fault.metrics.get("secondary", [])
+    assert worker.run(make_case(case_id="after"), tmp_path / "a.log").outcome is Outcome.PASS
+    assert worker.replacements == 1
+
+
+def test_spare_worker_makes_the_second_replacement_immediate(worker, tmp_path):
+    worker.run(make_case(kernel="segfault", case_id="s1"), tmp_path / "s1.log")
+    worker.run(make_case(case_id="ok"), tmp_path / "ok.log")       # fresh worker; a spare starts
+    assert worker.spare is not None
+    spare_pid = worker.spare.proc.pid
+    worker.run(make_case(kernel="segfault", case_id="s2"), tmp_path / "s2.log")
+    assert worker.run(make_case(case_id="ok2"), tmp_path / "ok2.log").outcome is Outcome.PASS
+    assert worker.proc.pid == spare_pid

@@ -1,0 +1,29 @@
+"""Mutant: hangs inside native code that ignores SIGTERM.
+
+Real bug: a launch blocked in a vendor runtime call (a stream synchronize on a
+deadlocked device) that neither returns nor reacts to a polite signal.  The
+kernel ignores SIGTERM, then blocks in libc's ``pause()`` through ctypes, so
+the Python interpreter never regains control: only faulthandler's C-level stack
+dump and SIGKILL reach it.
+"""
+from __future__ import annotations
+
+import ctypes
+import signal
+from typing import Any
+
+from kernels.reference import with_op_signature
+
+
+def _block_in_native_code(op: str, args: dict[str, Any]) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    libc = ctypes.CDLL(None)
+    while True:
+        libc.pause()
+
+
+rope_kv_write = with_op_signature("rope_kv_write", _block_in_native_code)
+paged_decode_attention = with_op_signature("paged_decode_attention", _block_in_native_code)
+fused_rope_decode_attention = with_op_signature("fused_rope_decode_attention", _block_in_native_code)
+prefill_attention = with_op_signature("prefill_attention", _block_in_native_code)
+decode_layers = with_op_signature("decode_layers", _block_in_native_code)
