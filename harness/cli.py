@@ -18,6 +18,7 @@ from harness.engine import Engine, Planned, RunOptions
 from harness.matrix import MatrixError, load_paths, select
 from harness.outcomes import Outcome, Result
 from harness.pool import WorkerOptions
+from harness.provenance import run_provenance
 from harness.reports.json_report import summarize, write_json
 from harness.reports.terminal import Reporter
 
@@ -97,6 +98,7 @@ def cmd_run(args) -> int:
     )
     planned = [Planned(i, c) for i, c in enumerate(cases)]
     started = time.time()
+    run_info = run_provenance(options.worker.kernel_paths)
     results: list[Result] = []
     reporter = Reporter(total=len(planned), plain=args.no_progress or not sys.stdout.isatty())
     with reporter, Engine(options) as engine:
@@ -109,8 +111,9 @@ def cmd_run(args) -> int:
         finally:
             # Whatever happened, what was computed is written.
             if args.json_path:
+                provenance = {"run": run_info, "devices": {str(w.device): w.info for w in engine.workers}}
                 write_json(args.json_path, results, started=started, devices=[str(d) for d in devices],
-                           command=sys.argv)
+                           command=sys.argv, provenance=provenance)
     summary = summarize(results)
     reporter.final(results, summary)
     if args.json_path:

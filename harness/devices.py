@@ -108,10 +108,16 @@ class CudaBackend(Backend):
 
     def describe(self, device: Device) -> dict[str, str]:
         import torch
+        try:
+            driver = torch._C._cuda_getDriverVersion()   # e.g. 13000 for 13.0
+            driver_text = f"{driver // 1000}.{driver % 1000 // 10}"
+        except Exception:  # private API: absent on some builds
+            driver_text = "unknown"
         return {
             **super().describe(device),
             "device_name": torch.cuda.get_device_name(device.index),
             "cuda": str(torch.version.cuda),
+            "cuda_driver": driver_text,
         }
 
 
@@ -139,10 +145,13 @@ class NpuBackend(Backend):
     def describe(self, device: Device) -> dict[str, str]:
         import torch
         import torch_npu
+
+        from harness.provenance import cann_version
         return {
             **super().describe(device),
             "device_name": torch.npu.get_device_name(device.index),
             "torch_npu": getattr(torch_npu, "__version__", "unknown"),
+            "cann": cann_version() or "unknown",
         }
 
 

@@ -15,12 +15,13 @@ from typing import Any, Callable
 
 import torch
 
-import kernels
 from goldens.cache import GoldenCache
 from harness import checks, inputs
 from harness.case import Case
 from harness.devices import Backend, Device
 from harness.launch import ContractError, launch
+from harness.provenance import kernel_origin
+from kernels import target as kernel_target
 
 GOLDEN_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 
@@ -38,9 +39,10 @@ class KernelLoader:
 
     def __init__(self) -> None:
         self._loaded: dict[str, Callable] = {}
+        self.origins: dict[str, dict] = {}
 
     def load(self, kernel: str, op: str) -> Callable:
-        target = kernels.target(kernel, op)
+        target = kernel_target(kernel, op)
         if target not in self._loaded:
             module_name, _, attr = target.partition(":")
             module = importlib.import_module(module_name)
@@ -48,7 +50,11 @@ class KernelLoader:
             if fn is None or not callable(fn):
                 raise ImportError(f"{module_name} has no callable {attr!r}")
             self._loaded[target] = fn
+            self.origins[target] = {"target": target, **kernel_origin(getattr(module, "__file__", None))}
         return self._loaded[target]
+
+    def origin(self, kernel: str, op: str) -> dict:
+        return self.origins.get(kernel_target(kernel, op), {})
 
 
 def _stage(name: str, fn: Callable, *args, **kwargs):
@@ -95,6 +101,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         "outcome": verdict.outcome.value,
         "summary": verdict.summary,
         "report": verdict.report,
-        "metrics": {**verdict.metrics, "timings": timings, "golden_cache_hit": hit},
+        "metrics": {**verdict.metrics, "timings": timings, "golden_cache_hit": hit,
+                    "kernel": loader.origin(case.kernel, case.op)},
         "duration_s": time.perf_counter() - t0,
     }

@@ -47,7 +47,7 @@ def summarize(results: Iterable[Result]) -> dict:
 
 
 def write_json(path: str | os.PathLike, results: list[Result], *, started: float, devices: list[str],
-               command: list[str]) -> None:
+               command: list[str], provenance: dict | None = None) -> None:
     """Atomic: a reader never sees half a file, a crash never leaves one."""
     doc = {
         "schema": SCHEMA_VERSION,
@@ -57,6 +57,7 @@ def write_json(path: str | os.PathLike, results: list[Result], *, started: float
         "started": started,
         "finished": time.time(),
         "devices": devices,
+        "provenance": _strict(provenance or {}),
         "results": [_strict(r.to_json()) for r in results],
         "summary": summarize(results),
     }
