@@ -81,7 +81,8 @@ class SeqLens:
 def multi_block_lengths(page_size: int) -> tuple[int, ...]:
     """Lengths that end just before, on, and just after page boundaries (1 to 4 pages)."""
     p = page_size
-    return (p - 1, p, p + 1, 2 * p - 1, 2 * p + 1, 3 * p, 3 * p + 1, 4 * p)
+    lengths = (p - 1, p, p + 1, 2 * p - 1, 2 * p + 1, 3 * p, 3 * p + 1, 4 * p)
+    return tuple(dict.fromkeys(n for n in lengths if n >= 1))   # page_size 1: no empty sequence
 
 
 @dataclass(frozen=True)

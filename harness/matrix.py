@@ -824,10 +824,14 @@ def _build_case(spec: _Spec, draft: _Draft) -> Case:
 
     pages = case.num_pages
     slots = pages * g.page_size
+    writes = spec_ops.writes_cache
+    # The most rows one launch writes: batch rows, or for prefill every token of the chunks.
+    longest_chunk = min(chunk_size or seq_lens.max_len(g.page_size), seq_lens.max_len(g.page_size))
+    rows_per_seq = longest_chunk if op == "prefill_attention" else 1
     if slot_mode.kind == "const" and slot_mode.value >= 0:
-        if g.batch > 1:
-            raise fail(f"slot_mode {slot_mode} with batch {g.batch} writes every row to the same slot "
-                       f"(use const(v) with v < 0, or batch 1)", "slot_mode")
+        if writes and g.batch * rows_per_seq > 1:
+            raise fail(f"slot_mode {slot_mode} writes up to {g.batch * rows_per_seq} rows to the same slot "
+                       f"(use const(v) with v < 0, or one written row)", "slot_mode")
         if slot_mode.value >= slots:
             raise fail(f"slot_mode {slot_mode} is beyond the cache ({pages} pages of {g.page_size} = {slots} slots)",
                        "slot_mode")
@@ -835,7 +839,8 @@ def _build_case(spec: _Spec, draft: _Draft) -> Case:
         if case.block_value >= pages:
             raise fail(f"block_value {case.block_value} is not a page of the cache (it has {pages} pages)",
                        "block_value", "scratch_pages", "num_pages")
-        if g.batch > 1 and not (slot_mode.kind == "const" and slot_mode.value < 0):
+        collide = g.batch > 1 or rows_per_seq > g.page_size
+        if writes and collide and not (slot_mode.kind == "const" and slot_mode.value < 0):
             raise fail(f"block_value with batch {g.batch} needs slot_mode const(v) with v < 0, got {slot_mode} "
                        f"(every block maps to page {case.block_value}, so valid slots would collide)",
                        "slot_mode", "block_value")
@@ -897,7 +902,25 @@ def load_matrix(path: "str | os.PathLike[str]") -> list[Case]:
     except yaml.MarkedYAMLError as exc:        # e.g. a bad merge key
         raise _yaml_error(exc, shown, text) from None
     spec = _read_spec(root, shown)
-    return [_build_case(spec, draft) for draft in _expand(spec)]
+    cases = [_build_case(spec, draft) for draft in _expand(spec)]
+    _refuse_identical_cases(cases)
+    return cases
+
+
+def _refuse_identical_cases(cases: list[Case]) -> None:
+    """Two ids for one case (an include that repeats a matrix case) would run it twice."""
+    first: dict[str, Case] = {}
+    for case in cases:
+        wire = case.to_wire()
+        for key in ("case_id", "source", "params"):
+            wire.pop(key)
+        ident = repr(sorted(wire.items()))
+        if ident in first:
+            path, _, line = case.source.rpartition(":")
+            raise MatrixError(path, int(line), None, "",
+                              f"case '{case.case_id}' is the same case as '{first[ident].case_id}' "
+                              f"({first[ident].source})")
+        first[ident] = case
 
 
 def _case_files(path: Path) -> list[Path]:

@@ -29,6 +29,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--golden-dtype", choices=("fp32", "fp64"), default="fp32")
     group.addoption("--harness-tier", choices=("auto", "all"), default="auto",
                     help="all: run device-tier cases on cpu too")
+    group.addoption("--case-k", default=None, metavar="EXPR",
+                    help="select cases with the harness's -k grammar (substrings may hold '=', '(' and ','; "
+                         "and/or/not), e.g. --case-k 'slot_mode=padded(0.25) and batch=16'")
     group.addoption("--harness-log-dir", default=None, help="per-case logs (default reports/logs/pytest-<time>)")
 
 
@@ -36,7 +39,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     if file_path.suffix not in (".yaml", ".yml"):
         return None
     explicit = any(Path(a).resolve() == file_path.resolve() for a in parent.config.args if not a.startswith("-"))
-    if explicit or "cases" in file_path.parent.parts[-1:]:
+    if explicit or "cases" in file_path.parent.parts:
         return CaseFile.from_parent(parent, path=file_path)
     return None
 
@@ -86,6 +89,22 @@ class CaseItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, f"{self.case.op} {self.case.case_id}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    expr = config.getoption("--case-k")
+    if not expr:
+        return
+    from harness.matrix import MatrixError, compile_expression
+    try:
+        matches = compile_expression(expr)
+    except MatrixError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    keep = [i for i in items if not isinstance(i, CaseItem) or matches(i.case.case_id)]
+    dropped = [i for i in items if i not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 def _device_for_worker(config: pytest.Config):

@@ -70,3 +70,11 @@ def test_xdist_workers_each_get_a_device(tmp_path, golden_cache_dir):
                       "--golden-cache", str(golden_cache_dir), "-q", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 passed" in proc.stdout
+
+
+def test_case_k_takes_the_harness_grammar(tmp_path, golden_cache_dir):
+    write_case_file(tmp_path / "cases" / "nested", "plug.yaml", CASES)
+    proc = run_pytest("cases", "--case-k", "kernel=reference and slot_mode=padded(0.5)",
+                      "--golden-cache", str(golden_cache_dir), "-q", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed, 5 deselected" in proc.stdout

@@ -834,9 +834,30 @@ def test_block_value_with_batch_needs_negative_const_slots(tmp_path):
 def test_const_slot_collides_with_batch(tmp_path):
     err = error(tmp_path, "op: rope_kv_write\nmatrix:\n  slot_mode: ['const(-1)', 'const(3)']\n")
     assert (err.line, err.field) == (3, "matrix.slot_mode[1]")
-    assert "slot_mode const(3) with batch 4 writes every row to the same slot" in err.message
+    assert "slot_mode const(3) writes up to 4 rows to the same slot" in err.message
     (case,) = load(tmp_path, "op: rope_kv_write\nbatch: 1\nslot_mode: 'const(3)'\n")
     assert case.slot_mode == SlotMode("const", 3)
+
+
+def test_prefill_chunks_count_as_rows_for_slot_collisions(tmp_path):
+    err = error(tmp_path, "op: prefill_attention\nbatch: 1\nseq_lens: const(40)\nslot_mode: 'const(5)'\n")
+    assert "writes up to 40 rows to the same slot" in err.message
+    err = error(tmp_path, "op: prefill_attention\nbatch: 1\nseq_lens: const(40)\nblock_value: 0\n")
+    assert "valid slots would collide" in err.message
+    (case,) = load(tmp_path, "op: prefill_attention\nbatch: 1\nseq_lens: const(40)\nchunk_size: 1\n"
+                             "slot_mode: 'const(5)'\nnum_pages: 3\n")
+    assert case.chunk_size == 1
+
+
+def test_read_only_ops_ignore_slot_rules(tmp_path):
+    (case,) = load(tmp_path, "op: paged_decode_attention\nslot_mode: 'const(3)'\n")
+    assert case.geometry.batch == 4
+
+
+def test_an_include_repeating_a_matrix_case_is_refused(tmp_path):
+    err = error(tmp_path, "op: rope_kv_write\nmatrix:\n  batch: [1, 16]\n  seed: [1]\n"
+                          "include:\n  - {batch: 16, seed: 1}\n")
+    assert "case 'm[batch=16,seed=1]' is the same case as 'm[batch=16]'" in err.message
 
 
 def test_const_slot_beyond_the_cache(tmp_path):
