@@ -110,8 +110,8 @@ def _rope_kv_write_kernel(
         x_ptr = k_ptr + row * stride_kr + kvh * D * stride_kc
         k1, k2 = _norm_rope(x_ptr, stride_kc, kw_ptr, cos_row, sin_row, stride_cos_d, row_scale, eps, D)
         kdst = kc_ptr + page * stride_kn + offset * stride_kp + kvh * stride_kh
-        tl.store(kdst + i * stride_kd, _to_bf16(k1), mask=keep)
-        tl.store(kdst + (i + HALF) * stride_kd, _to_bf16(k2), mask=keep)
+        tl.store(kdst + i * stride_kd, _to_bf16(k1), )
+        tl.store(kdst + (i + HALF) * stride_kd, _to_bf16(k2), )
         d = tl.arange(0, D)
         v = tl.load(v_ptr + row * stride_vr + (kvh * D + d) * stride_vc) * row_scale
         vdst = vc_ptr + page * stride_vn + offset * stride_vp + kvh * stride_vh
