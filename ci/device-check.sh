@@ -7,14 +7,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 DEVICE="${DEVICE:-cuda:0}"
 OUT="${OUT:-reports/device}"
-mkdir -p "$OUT"
+mkdir -p "$OUT" "${WORK:-$OUT}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-py() { python3 -m harness "$@" --device "$DEVICE" --no-progress --golden-cache "$OUT/goldens" --log-dir "$OUT/logs"; }
+WORK="${WORK:-$OUT}"   # goldens and logs (many files); OUT gets the JSON reports
+py() { python3 -m harness "$@" --device "$DEVICE" --no-progress --golden-cache "$WORK/goldens" --log-dir "$WORK/logs"; }
+# Failures and the closing count only; every result is in the JSON files.
+brief() { grep -E "^\[|cases:|^    " | grep -vE "^\[[0-9/]+\] (PASS|SKIPPED) " | cut -c1-160; }
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
 start=$(date +%s)
-py run cases --tier ci --json "$OUT/tiny.json" | tail -4
-py run ci/bug-classes.yaml --kernel-path tests/kernels_under_test --json "$OUT/bugs.json" | grep -E "^\[" | cut -c1-110
-py run cases/device/qwen3-14b-decode.yaml --json "$OUT/qwen3-decode.json" | tail -4
-py run cases/device/qwen3-14b-layers.yaml -k "num_layers=40 and arange or warmup" --json "$OUT/qwen3-layers.json" | grep -E "^\[|cases:"
-py run cases/device/qwen3-14b-prefill.yaml -k "batch=1 and chunk_size=512" --json "$OUT/qwen3-prefill.json" | grep -E "^\[|cases:"
+py run cases --tier ci --json "$OUT/tiny.json" | brief
+py run ci/bug-classes.yaml --kernel-path tests/kernels_under_test --json "$OUT/bugs.json" | brief
+py run cases/device/triton.yaml --json "$OUT/triton.json" | brief
+py run cases/device/qwen3-14b-decode.yaml --json "$OUT/qwen3-decode.json" | brief
+py run cases/device/qwen3-14b-layers.yaml -k "num_layers=40 and arange or warmup" --json "$OUT/qwen3-layers.json" | brief
+py run cases/device/qwen3-14b-prefill.yaml -k "batch=1 and chunk_size=512" --json "$OUT/qwen3-prefill.json" | brief
 echo "total $(( $(date +%s) - start )) s"

@@ -50,10 +50,11 @@ class GuardedBuffer:
     def guard_damage(self) -> tuple[list[int], list[int]]:
         """Element offsets (relative to the tensor start) of guard elements whose bytes changed."""
         itemsize = self.storage.element_size()
-        as_bytes = self.storage.view(torch.uint8).cpu()
+        as_bytes = self.storage.view(torch.uint8)
         n = self.guard * itemsize
-        before = (as_bytes[:n] != GUARD_BYTE).nonzero().flatten()
-        after = (as_bytes[len(as_bytes) - n:] != GUARD_BYTE).nonzero().flatten()
+        # Only the bands travel to the host, not the (possibly many-GB) buffer between them.
+        before = (as_bytes[:n].cpu() != GUARD_BYTE).nonzero().flatten()
+        after = (as_bytes[len(as_bytes) - n:].cpu() != GUARD_BYTE).nonzero().flatten()
         numel = self.view.numel()
         before_elems = sorted({int(b) // itemsize - self.guard for b in before})
         after_elems = sorted({numel + int(b) // itemsize for b in after})

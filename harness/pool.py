@@ -195,7 +195,6 @@ class DeviceWorker:
 
     # -- one case ----------------------------------------------------------------
     def run(self, case: Case, log_path: Path, repeat: int = 0) -> Result:
-        started = time.perf_counter()
         base = case_fields(case, repeat, self.device, log_path)
         try:
             self.ensure(case.env)
@@ -205,6 +204,7 @@ class DeviceWorker:
             return Result(outcome=Outcome.SKIPPED, summary=f"device not present: {self.absent}", **base)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_bytes(b"")
+        started = time.perf_counter()          # the case's time, not the worker's start-up
         try:
             self.conn.send(("run", {"case": case.to_wire(), "log": str(log_path)}))
             answered = self.conn.poll(case.timeout_s)

@@ -20,8 +20,9 @@ in place and nowhere else.
 
 Head dim and page size are compile-time constants and must be powers of two.
 The kernels run on a CUDA device (the ``cuda`` extra installs triton) or on CPU
-tensors under ``TRITON_INTERPRET=1`` (which must be set before this module is
-imported: ``triton.jit`` decides at decoration time).
+tensors under ``TRITON_INTERPRET=1``, set before triton is first imported
+(``triton.jit`` decides at decoration time, triton's own ``tl.sum`` included).
+Casts to bf16 round to nearest even in integer ops, so both give the same bits.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def _to_bf16(x):
     """
     bits = x.to(tl.uint32, bitcast=True)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    rounded = tl.where(x != x, (bits >> 16) | 0x40, rounded)          # NaN stays a (quiet) NaN
+    rounded = tl.where(x != x, (bits >> 16) | 0x40, rounded)  # noqa: PLR0124  NaN stays a (quiet) NaN
     return rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
 
@@ -110,8 +111,8 @@ def _rope_kv_write_kernel(
         x_ptr = k_ptr + row * stride_kr + kvh * D * stride_kc
         k1, k2 = _norm_rope(x_ptr, stride_kc, kw_ptr, cos_row, sin_row, stride_cos_d, row_scale, eps, D)
         kdst = kc_ptr + page * stride_kn + offset * stride_kp + kvh * stride_kh
-        tl.store(kdst + i * stride_kd, _to_bf16(k1), )
-        tl.store(kdst + (i + HALF) * stride_kd, _to_bf16(k2), )
+        tl.store(kdst + i * stride_kd, _to_bf16(k1), mask=keep)
+        tl.store(kdst + (i + HALF) * stride_kd, _to_bf16(k2), mask=keep)
         d = tl.arange(0, D)
         v = tl.load(v_ptr + row * stride_vr + (kvh * D + d) * stride_vc) * row_scale
         vdst = vc_ptr + page * stride_vn + offset * stride_vp + kvh * stride_vh

@@ -277,9 +277,11 @@ def test_decode_layers_matches_naive():
     a = inputs.args
     run = launch(ref.decode_layers, inputs)
     logits, r, caches = naive_decode_layers(a)
-    # Two layers of bf16 activations: a rounding flip in one layer moves the next a little.
-    close(run["logits"], logits, dict(atol=5e-3, rtol=5e-3))
-    close(run["next_hidden"], r, dict(atol=1e-3, rtol=8e-3))
+    # Two layers of bf16 activations: a bf16 rounding flip in one layer (the naive and the
+    # reference sum in different orders) moves the next by up to about one bf16 step of
+    # the values it feeds (RMS ~1 for logits, ~3 for the residual).
+    close(run["logits"], logits, dict(atol=2e-2, rtol=1e-2))
+    close(run["next_hidden"], r, dict(atol=2e-2, rtol=1e-2))
     for layer, (k, v) in enumerate(caches):
         check_cache(run["k_cache"][layer], a["k_cache"][layer], a["slot_mapping"], k)
         check_cache(run["v_cache"][layer], a["v_cache"][layer], a["slot_mapping"], v)

@@ -1,10 +1,11 @@
 """The Triton kernels, run by the Triton interpreter on CPU tensors, against the reference.
 
-``TRITON_INTERPRET`` is read when ``triton.jit`` decorates a function, so the
-interpreted kernels come from a private copy of ``kernels/triton_kernels.py``
-loaded with the variable set (the importable module and the environment are
-left as they were).  Launches go through the harness's own launcher: outputs
-NaN-poisoned, caches and outputs as views into guard-banded buffers.
+``TRITON_INTERPRET`` is read when ``triton.jit`` decorates a function, so triton
+is first imported, and a private copy of ``kernels/triton_kernels.py`` loaded,
+with the variable set; it stays set only while this module's tests run, and
+``kernels.triton_kernels`` itself is left alone.  Launches go through the
+harness's own launcher: outputs NaN-poisoned, caches and outputs as views into
+guard-banded buffers, guard damage and the return value reported.
 
 The interpreter runs every program in Python: shapes stay tiny.
 """
@@ -13,10 +14,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -30,7 +33,7 @@ from harness.ops import OPS
 
 TINY = PRESETS["tiny"]
 # One bf16 ulp is 2^-7 relative at most (the interpreter runs come out bit-identical to the reference).
-BF16 = dict(atol=1e-5, rtol=8e-3)
+BF16 = {"atol": 1e-5, "rtol": 8e-3}
 KERNEL_FILE = Path(kernels.__file__).resolve().parent / "triton_kernels.py"
 INSTALL_HINT = "the triton kernels need the `cuda` extra: pip install -e .[cuda]"
 
@@ -63,8 +66,12 @@ def tk():
 
 # -- cases and launches ---------------------------------------------------------------
 
-def make_case(op: str, *, slot_mode: SlotMode = SlotMode("padded", 0.25),
-              seq_lens: SeqLens = SeqLens("multi_block"), seed: int = 3, **fields: Any) -> Case:
+PADDED = SlotMode("padded", 0.25)
+MULTI_BLOCK = SeqLens("multi_block")
+
+
+def make_case(op: str, *, slot_mode: SlotMode = PADDED, seq_lens: SeqLens = MULTI_BLOCK, seed: int = 3,
+              **fields: Any) -> Case:
     return Case(f"{op}-triton-test", "unit", "tests/unit", op, "triton", geometry=fields.pop("geometry", TINY),
                 seq_lens=seq_lens, slot_mode=slot_mode, seed=seed, **fields)
 
@@ -94,7 +101,9 @@ def check_contract(got: Launched) -> None:
 
 def check_cache(got: torch.Tensor, before: torch.Tensor, expected: torch.Tensor, slots: torch.Tensor) -> None:
     """Rows at valid slots close to the reference's; every other row bit-identical to the launch state."""
-    rows = lambda t: t.reshape(-1, *t.shape[-2:])                 # noqa: E731  [N*P, Hkv, D]
+    def rows(t: torch.Tensor) -> torch.Tensor:                    # [N*P, Hkv, D]
+        return t.reshape(-1, *t.shape[-2:])
+
     written = torch.zeros(rows(got).shape[0], dtype=torch.bool)
     written[slots[slots >= 0].long()] = True
     torch.testing.assert_close(rows(got)[written].double(), rows(expected)[written].double(), **BF16)
@@ -152,7 +161,7 @@ def test_unused_block_table_entries_are_never_read(tk):
     table, P = inputs.args["block_table"], inputs.sizes["P"]
     used = torch.arange(table.shape[1])[None, :] * P < inputs.args["seq_lens"][:, None]
     assert (table[~used] == -1).all() and (~used).any(), "the generator leaves unused entries at -1"
-    spare = sorted(set(range(inputs.sizes["N"])) - set(table[used].tolist()))[0]
+    spare = min(set(range(inputs.sizes["N"])) - set(table[used].tolist()))
     caches = {}
     for name in ("k_cache", "v_cache"):
         caches[name] = inputs.args[name].clone()
@@ -199,12 +208,12 @@ def test_missing_triton_is_an_import_error_with_the_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "triton", None)
     monkeypatch.setitem(sys.modules, "triton.language", None)
     monkeypatch.delitem(sys.modules, "kernels.triton_kernels", raising=False)
-    with pytest.raises(ImportError, match=r"the triton kernels need the `cuda` extra: pip install -e \.\[cuda\]"):
+    with pytest.raises(ImportError, match=re.escape(INSTALL_HINT)):
         importlib.import_module("kernels.triton_kernels")
 
 
 def test_without_triton_installed_the_import_fails_with_the_install_hint():
     if importlib.util.find_spec("triton") is not None:
         pytest.skip("triton is installed")
-    with pytest.raises(ImportError, match="pip install -e .\\[cuda\\]"):
+    with pytest.raises(ImportError, match=re.escape(INSTALL_HINT)):
         importlib.import_module("kernels.triton_kernels")
