@@ -88,7 +88,9 @@ _SLOW_MATCHES = 256        # matches taken per rule that has no needle
 _MIN_NEEDLE = 3
 _MAX_SECONDARY = 8
 _EVIDENCE_CHARS = 160
-_LOG_PREFIX = re.compile(r"^\s*\[(?:ERROR|WARNING|INFO|DEBUG|EVENT)\]\s+\S+?\(\d+,[^)]*\):\S+\s+(?:\[[^\]]*\]\s*)?")
+# "[ERROR] RUNTIME(48211,python):2026-03-14-09:21:07.512.334 [task_info.cc:1412]48211 PrintErrorInfo: "
+_LOG_PREFIX = re.compile(r"^\s*\[(?:ERROR|WARNING|INFO|DEBUG|EVENT)\]\s+\S+?\(\d+,[^)]*\):\S+\s+"
+                         r"(?:\[[^\]]*\]\s*)?(?:\d+\s+\w+:\s*)?")
 
 
 # ---------------------------------------------------------------------------
@@ -176,7 +178,7 @@ class Hit:
             return self.name
         if self.code is not None:
             return f"{self.outcome.value}_{self.code}"
-        return self.rule.name
+        return self.outcome.value
 
 
 @dataclass(frozen=True)
@@ -369,7 +371,7 @@ def _from_hits(hits: list[Hit], prefix: str = "") -> Classification | None:
     fields: dict[str, Any] = {}
     for h in (primary, *hits):
         for k, v in h.groups.items():
-            if k != "code":
+            if k != "code" and not k.startswith("_"):
                 fields.setdefault(k, v)
     summary = f"{prefix}{primary.title}: {primary.meaning}"
     if secondary:
@@ -503,9 +505,7 @@ class _File:
         try:
             self.root = self.loader.get_single_node()
         except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
-            raise RulesError(shown, line, col, "", f"invalid YAML: {' '.join(str(exc.problem).split())}") from None
+            raise _yaml_error(exc, shown, text) from None
         except yaml.YAMLError as exc:
             raise RulesError(shown, None, None, "", f"invalid YAML: {' '.join(str(exc).split())}") from None
         finally:
@@ -536,6 +536,19 @@ class _File:
         if not isinstance(node, yaml.SequenceNode):
             raise _fail(where, f"expected a list, got {_kind(node)}")
         return [(item, where.index(i).at(item)) for i, item in enumerate(node.value)]
+
+
+def _yaml_error(exc: yaml.MarkedYAMLError, shown: str, text: str) -> RulesError:
+    """At the problem; a problem at the end of the file (an unclosed bracket or quote) is
+    reported where the unclosed construct starts."""
+    mark = exc.problem_mark or exc.context_mark
+    what = " ".join(str(exc.problem or "malformed").split()).replace("'<stream end>'", "end of file")
+    if exc.context and exc.context_mark is not None:
+        if exc.problem_mark is not None and exc.problem_mark.index >= len(text.rstrip()):
+            mark = exc.context_mark
+            what += f" ({' '.join(exc.context.split())} that starts here)"
+    line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
+    return RulesError(shown, line, col, "", f"invalid YAML: {what}")
 
 
 def _kind(node: yaml.Node) -> str:

@@ -109,9 +109,11 @@ class CudaBackend(Backend):
     def describe(self, device: Device) -> dict[str, str]:
         import torch
         try:
-            driver = torch._C._cuda_getDriverVersion()   # e.g. 13000 for 13.0
-            driver_text = f"{driver // 1000}.{driver % 1000 // 10}"
-        except Exception:  # private API: absent on some builds
+            import pynvml                   # nvidia-ml-py, where installed
+            pynvml.nvmlInit()
+            driver_text = pynvml.nvmlSystemGetDriverVersion()
+            driver_text = driver_text.decode() if isinstance(driver_text, bytes) else driver_text
+        except Exception:  # optional: no NVML here
             driver_text = "unknown"
         return {
             **super().describe(device),

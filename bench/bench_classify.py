@@ -1,0 +1,108 @@
+"""Benchmark the failure classifier on big worker logs.
+
+    python bench/bench_classify.py [--repeats 5] [--keep DIR]
+
+Writes, in a temporary folder, logs of CANN-runtime-shaped noise lines with the
+root cause (an AICore exception) near the start and the cascade (error code is
+507018) near the end, and times ``read_log`` + ``classify_exception`` on each
+(median of ``--repeats`` runs, cold page cache not attempted):
+
+  10MB           the goal: <= 0.3 s, whole file scanned
+  100MB          read as its 4 MiB head + 12 MiB tail, so the time is flat
+  10MB-badbytes  invalid UTF-8 sprinkled through the noise
+  10MB-spam      every line carries a signature ("error code is 507018"): the
+                 worst case for the needle prefilter (first/last 512 per needle)
+
+Each row also checks the class (507015 with FAIL_507018 as cascade) and prints
+the process's peak RSS growth, to show that a 100 MB log is never held whole.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.classify import builtin_rules, classify_exception, read_log  # noqa: E402
+
+CAUSE = (b"[ERROR] RUNTIME(48211,python):2026-03-14-09:21:07.512.334 [device_error_proc.cc:1057]48211 "
+         b"ProcessStarsCoreErrorInfo: The aicore execution is abnormal, device_id=6, stream_id=3, task_id=12, "
+         b"fault kernel_name=fused_rope_decode_attention_bf16_mix_aiv\n")
+CASCADE = b"RuntimeError: NPU function error: aclrtSynchronizeStreamWithTimeout(stream, -1), error code is 507018\n"
+WORDS = ("dispatch task stream kernel launch tensor copy memory block done ok value thread core wait event "
+         "record device host scheduler ring heap slot page").split()
+
+
+def _noise(n_lines: int, seed: int, bad_bytes: bool = False, spam: bool = False) -> bytes:
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n_lines):
+        words = " ".join(rnd.choice(WORDS) for _ in range(10))
+        line = (f"[INFO] RUNTIME(48211,python):2026-03-14-09:21:{i % 60:02d}.{i % 1000:03d}.000 "
+                f"[stream.cc:{i % 900}]48211 Dispatch: {words}")
+        if spam:
+            line += f" (retry {i}: error code is 507018)"
+        data = line.encode() + b"\n"
+        if bad_bytes and i % 97 == 0:
+            data = b"\xff\xfe\xc3\x28 " + data
+        out.append(data)
+    return b"".join(out)
+
+
+def write_log(path: Path, size: int, **kw) -> None:
+    block = _noise(4000, seed=1, **kw)
+    with open(path, "wb") as fh:
+        fh.write(block[:20_000])
+        fh.write(CAUSE)
+        while fh.tell() < size - len(block):
+            fh.write(block)
+        fh.write(CASCADE)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def bench(path: Path, repeats: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = classify_exception("launch", "RuntimeError", "error code is 507018", "", read_log(path))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--keep", default=None, help="write the logs here instead of a temporary folder")
+    args = parser.parse_args()
+    builtin_rules()                                   # load the rule data once, outside the timing
+    rows = [("10MB", 10_000_000, {}), ("100MB", 100_000_000, {}),
+            ("10MB-badbytes", 10_000_000, {"bad_bytes": True}), ("10MB-spam", 10_000_000, {"spam": True})]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(args.keep or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"{'log':<15} {'size':>10} {'median s':>9} {'peak RSS +MB':>13}  class")
+        base_rss = _peak_rss_mb()
+        ok = True
+        for name, size, kw in rows:
+            path = folder / f"{name}.log"
+            write_log(path, size, **kw)
+            seconds, c = bench(path, args.repeats)
+            good = c.code == 507015 and "FAIL_507018" in c.secondary
+            ok &= good
+            print(f"{name:<15} {path.stat().st_size:>10} {seconds:>9.3f} {_peak_rss_mb() - base_rss:>13.1f}  "
+                  f"{c.outcome.value} {c.code} secondary={list(c.secondary)}{'' if good else '  <-- WRONG'}")
+    print("goal: 10MB <= 0.300 s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
