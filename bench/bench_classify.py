@@ -60,8 +60,10 @@ def write_log(path: Path, size: int, **kw) -> None:
     with open(path, "wb") as fh:
         fh.write(block[:20_000])
         fh.write(CAUSE)
-        while fh.tell() < size - len(block):
+        while fh.tell() + len(block) + len(CASCADE) <= size:
             fh.write(block)
+        rest = block[:size - fh.tell() - len(CASCADE)]
+        fh.write(rest[:rest.rfind(b"\n") + 1])
         fh.write(CASCADE)
 
 

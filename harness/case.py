@@ -111,12 +111,14 @@ class Tolerance:
 DEFAULT_TOLERANCE = Tolerance(atol=3e-3, rtol=3e-3, max_error_ratio=0.005)
 # decode_layers runs L layers of bf16 weights and bf16 activations into every matmul
 # (fp32 accumulation), against an fp32 golden: the residual stream grows with depth and
-# so does its rounding. Measured on the reference kernel (tiny, 4 layers, 16 rows):
-# |diff| up to 0.09 on next_hidden (RMS 5), 0.03 on logits (RMS 1). Bugs move them by O(1).
+# so does its rounding. Measured (tiny, 4 layers, 16 rows): the reference kernel differs by
+# up to 0.09 on next_hidden (RMS 5) and 0.03 on logits (RMS 1); a kernel that also keeps
+# the residual in bf16 by up to 0.16 on next_hidden (1.4% of elements beyond atol 0.05 +
+# rtol 0.03). Bugs move them by O(1).
 DEFAULT_LOGITS_TOLERANCE = Tolerance(atol=5e-2, rtol=2e-2, max_error_ratio=0.01, argmax_margin=5e-2)
 OP_DEFAULT_TOLERANCES: dict[tuple[str, str], Tolerance] = {
     ("decode_layers", "logits"): DEFAULT_LOGITS_TOLERANCE,
-    ("decode_layers", "next_hidden"): Tolerance(atol=5e-2, rtol=3e-2, max_error_ratio=0.01),
+    ("decode_layers", "next_hidden"): Tolerance(atol=1e-1, rtol=3e-2, max_error_ratio=0.02),
     ("decode_layers", "k_cache"): Tolerance(atol=2e-2, rtol=2e-2, max_error_ratio=0.01),
     ("decode_layers", "v_cache"): Tolerance(atol=2e-2, rtol=2e-2, max_error_ratio=0.01),
 }

@@ -13,19 +13,22 @@ context is poisoned: the worker must be replaced), a meaning, a hint, and a
 * ``context`` is an annotation that names no fault on its own (an ``EZ9999``
   header, a bare "task failed" line).
 
-The engine finds every signature in the evidence (one per line: the strongest
-rule on it), then picks the class: a cause anywhere beats a cascade, a cascade
-beats context; among equals the earliest line wins, and on one line the first
-rule in the list.  Everything else is kept as secondary labels
-(``FAIL_507018``).  A cause may be printed after the wrapper it explains
-(torch-npu prints the device's detail block after ``error code is 507018``),
-so a cause wins wherever it is.
+The engine finds every signature in the evidence, one per line (on a line
+matched by several rules: the strongest role, then the first rule in the list;
+user rules come before the built-ins), then picks the class: a cause anywhere
+beats a cascade, a cascade beats context, and among equals the earliest line
+wins.  The other signatures are kept as secondary labels (``FAIL_507018``), and
+the named groups of all of them (the class's first) become ``fields``.  A cause
+may be printed after the wrapper it explains (torch-npu prints the device's
+detail block after ``error code is 507018``), so a cause wins wherever it is.
 
 Speed: each rule's pattern is reduced, once, to the literal text any match
 must contain (its *needles*); the evidence is searched for the needles with
-``str.find`` and only the lines that contain one are given to the regexes.  A
-pattern with no usable literal (or one matching case-insensitively) is run
-over the whole text instead.
+``str.find`` (at most the first and last 512 places of each) and only the
+lines that contain one are given to the regexes.  A pattern with no usable
+literal (or one matching case-insensitively) is run over the whole text
+instead: start such a pattern with a literal character so that stays cheap.
+Evidence longer than 16 MiB is read as its first 4 MiB and last 12 MiB.
 
 A code table maps a rule's code (or another of its groups, ``lookup``) to a
 name, a meaning, and overrides of outcome, sticky, role, hint or code: one rule
@@ -86,6 +89,7 @@ _LINE_CLIP = 4096          # a "line" is cut to this many characters either side
 _PER_NEEDLE = 512          # occurrences looked at per needle: this many first and this many last
 _SLOW_MATCHES = 256        # matches taken per rule that has no needle
 _MIN_NEEDLE = 3
+_SHARED_PREFIX = 6         # needles sharing this long a prefix are searched by the prefix
 _MAX_SECONDARY = 8
 _EVIDENCE_CHARS = 160
 # "[ERROR] RUNTIME(48211,python):2026-03-14-09:21:07.512.334 [task_info.cc:1412]48211 PrintErrorInfo: "
@@ -284,12 +288,45 @@ def _occurrences(text: str, needle: str) -> list[int]:
     return first + last[::-1]
 
 
+def _base_needles(needles: set[str]) -> list[str]:
+    """The strings actually searched for: needles sharing a long prefix are searched by the
+    prefix (CUDA_ERROR_..., cudaError...), and a needle containing another is left to it."""
+    ordered = sorted(needles)
+    searched = set(needles)
+    for a, b in zip(ordered, ordered[1:]):
+        common = len(_common_prefix(a, b))
+        if common >= _SHARED_PREFIX:
+            searched.discard(a)
+            searched.discard(b)
+            searched.add(a[:common])
+    return [n for n in searched if not any(m != n and m in n for m in searched)]
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
 def _line_span(text: str, i: int) -> tuple[int, int]:
     lo = max(0, i - _LINE_CLIP)
     k = text.rfind("\n", lo, i)
     start = k + 1 if k >= 0 else lo
     end = text.find("\n", i, i + _LINE_CLIP)
     return start, end if end >= 0 else min(len(text), i + _LINE_CLIP)
+
+
+def _candidate_lines(text: str, base: Iterable[str]) -> dict[int, tuple[int, set[str]]]:
+    """Lines holding a searched string: start -> (end, the strings found on it)."""
+    lines: dict[int, tuple[int, set[str]]] = {}
+    for b in base:
+        for i in _occurrences(text, b):
+            start, end = _line_span(text, i)
+            held_end, found = lines.get(start, (end, set()))
+            found.add(b)
+            lines[start] = (max(held_end, end), found)
+    return lines
 
 
 def _value(raw: str) -> int | str:
@@ -323,17 +360,9 @@ def match_rules(text: str, rules: Sequence[Rule] | None = None) -> list[Hit]:
         if held is None or (hit.role.rank, hit.order) < (held.role.rank, held.order):
             best[hit.pos] = hit
 
-    needles = {n for rule in rules for n in rule.needles}
-    base = [n for n in needles if not any(m != n and m in n for m in needles)]
+    base = _base_needles({n for rule in rules for n in rule.needles})
     tried_through = {b: [(i, r) for i, r in enumerate(rules) if any(b in n for n in r.needles)] for b in base}
-    lines: dict[int, tuple[int, set[str]]] = {}
-    for b in base:
-        for i in _occurrences(text, b):
-            start, end = _line_span(text, i)
-            held_end, found = lines.get(start, (end, set()))
-            found.add(b)
-            lines[start] = (max(held_end, end), found)
-    for start, (end, found) in lines.items():
+    for start, (end, found) in _candidate_lines(text, base).items():
         line = text[start:end]
         tried: set[int] = set()
         for b in found:
@@ -425,16 +454,19 @@ def classify_exception(stage: str, exc_type: str, message: str, traceback_text: 
     return Classification(Outcome.CRASH, None, f"kernel raised {first_line}", False, "exception")
 
 
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
 def exit_line(returncode: int | None) -> str:
     """The line the harness adds to a dead worker's evidence, for the process rules to match."""
     if returncode is None:
         return "[harness] worker died mid-case; exit status unknown"
     if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"[harness] worker killed by {name} (signal {-returncode}) while running the kernel"
+        return f"[harness] worker killed by {_signal_name(returncode)} (signal {-returncode}) while running the kernel"
     return f"[harness] worker exited with status {returncode} while running the kernel"
 
 
@@ -445,7 +477,7 @@ def classify_exit(returncode: int | None, log_text: str = "", *,
     found = _from_hits(match_rules(_bounded(log_text) + "\n" + line, rules), prefix="worker died: ")
     if found is not None:
         return replace(found, sticky=True)
-    code = returncode if returncode is None or returncode >= 0 else line.split(" by ")[1].split(" (")[0]
+    code = _signal_name(returncode) if returncode is not None and returncode < 0 else returncode
     return Classification(Outcome.CRASH, code, line.removeprefix("[harness] "), True, "exit")
 
 
@@ -686,9 +718,9 @@ def _parse(path: Path, shown: str, fallback_tables: Mapping[str, Mapping[Any, Co
            ) -> tuple[tuple[Rule, ...], dict[str, dict[Any, CodeInfo]]]:
     f = _File(path, shown)
     where = Where(shown)
-    top = f.mapping(f.root, where.at(f.root)) if f.root is not None else {}
     if f.root is None:
         raise _fail(where, "empty rules file (expected a mapping with 'rules:')")
+    top = f.mapping(f.root, where.at(f.root))
     _check_keys(top, _TOP_KEYS)
     if "version" in top:
         vnode, vwhere, _ = top["version"]

@@ -47,7 +47,6 @@ import secrets
 import socket
 import sqlite3
 import statistics
-import tempfile
 import threading
 import time
 import warnings
@@ -64,6 +63,7 @@ DEFAULT_STORE = Path("reports/results.sqlite")
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
 APPLICATION_ID = 0x4B48524E  # "KHRN": marks the file as a harness results store
+_EFFECTIVE = os.access in os.supports_effective_ids
 
 
 class StoreError(Exception):
@@ -148,13 +148,15 @@ def planned_entry(case: Any, repeat: int = 0) -> dict:
             "case": case.to_wire()}
 
 
-def check_path(path: str | os.PathLike) -> Path:
+def check_path(path: str | os.PathLike, *, create: bool = True) -> Path:
     """Validate a store path without opening it; raise ``StoreError`` naming the path.
 
     The file's own directory is created when missing if *its* parent exists
     (``reports/`` in a fresh checkout); a deeper missing directory, a directory
     we cannot create files in (SQLite's WAL needs ``-wal``/``-shm`` next to the
-    file) or a path that is a directory is an error.
+    file), a read-only file or a path that is a directory is an error.  Creates
+    nothing but that one directory, and not even that with ``create=False`` (a
+    front end validating early for a store another process opens later).
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
@@ -163,6 +165,11 @@ def check_path(path: str | os.PathLike) -> Path:
     if not directory.exists():
         if not directory.parent.is_dir():
             raise StoreError(f"store {path}: directory {directory} does not exist (nor does {directory.parent})")
+        if not create:
+            if not os.access(directory.parent, os.W_OK | os.X_OK, effective_ids=_EFFECTIVE):
+                raise StoreError(f"store {path}: cannot create directory {directory}: "
+                                 f"{directory.parent} is not writable")
+            return path
         try:
             directory.mkdir()
         except FileExistsError:
@@ -171,12 +178,13 @@ def check_path(path: str | os.PathLike) -> Path:
             raise StoreError(f"store {path}: cannot create directory {directory}: {exc.strerror or exc}") from None
     if not directory.is_dir():
         raise StoreError(f"store {path}: {directory} is not a directory")
-    try:
-        fd, probe = tempfile.mkstemp(dir=directory, prefix=".store-probe-")
-    except OSError as exc:
-        raise StoreError(f"store {path}: directory {directory} is not writable: {exc.strerror or exc}") from None
-    os.close(fd)
-    os.unlink(probe)
+    # access() also says no for root on read-only mounts and immutable directories; anything
+    # it misses (odd network file systems) fails SQLite's own open and write probe instead.
+    if not os.access(directory, os.W_OK | os.X_OK, effective_ids=_EFFECTIVE):
+        raise StoreError(f"store {path}: directory {directory} is not writable")
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK,
+                                       effective_ids=_EFFECTIVE):
+        raise StoreError(f"store {path}: file is not writable")
     return path
 
 
@@ -400,9 +408,12 @@ class Store:
             "VALUES (?,?,?,?,?,?,?,?,?,?,COALESCE(?, (SELECT ref FROM runs WHERE run_id = ?)),?,?,?,?,?,?)",
             row[:11] + (run_id,) + row[11:]))
 
-    def finish_run(self, run_id: str, summary: dict) -> None:
+    def finish_run(self, run_id: str, summary: dict, *, provenance: dict | None = None) -> None:
+        """Mark the run finished with its summary; ``provenance`` (if given) replaces the stored one
+        (device details are known only once the workers have started)."""
         self._writing("cannot finish the run", lambda conn: conn.execute(
-            "UPDATE runs SET finished = ?, summary = ? WHERE run_id = ?", (time.time(), _dumps(summary), run_id)))
+            "UPDATE runs SET finished = ?, summary = ?, provenance = COALESCE(?, provenance) WHERE run_id = ?",
+            (time.time(), _dumps(summary), None if provenance is None else _dumps(provenance), run_id)))
 
     # -- reading ----------------------------------------------------------
     _RUN_SELECT = ("SELECT r.*, (SELECT COUNT(*) FROM results x WHERE x.run_id = r.run_id) AS n_results, "
@@ -477,12 +488,11 @@ class Store:
     def durations(self, device: str | None = None) -> dict[str, float]:
         """Median ``duration_s`` per case id over every stored result that ran (not SKIPPED).
         ``device``: ``"npu"`` matches every ``npu:N``, ``"npu:3"`` only that one."""
-        where, args = "outcome != 'SKIPPED' AND duration_s IS NOT NULL", []
-        if device:
-            where += " AND (device = ? OR device LIKE ?)"
-            args = [device, device.replace("%", "").replace("_", "") + ":%"]
         by_case: dict[str, list[float]] = {}
-        for row in self._query(f"SELECT case_id, duration_s FROM results WHERE {where}", args):
+        for row in self._query("SELECT case_id, device, duration_s FROM results "
+                               "WHERE outcome != 'SKIPPED' AND duration_s IS NOT NULL"):
+            if device and not (row["device"] == device or str(row["device"]).startswith(device + ":")):
+                continue
             by_case.setdefault(row["case_id"], []).append(float(row["duration_s"]))
         return {case_id: statistics.median(values) for case_id, values in sorted(by_case.items())}
 

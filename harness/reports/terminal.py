@@ -9,8 +9,10 @@ from __future__ import annotations
 
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from harness.outcomes import Outcome, Result
 
@@ -48,7 +50,8 @@ class Reporter:
     def _refresh(self) -> None:
         if self._progress is not None:
             current = "  ".join(f"{d}: {c}" for d, c in sorted(self.current.items()))
-            self._progress.update(self._task, completed=self.done, failures=self.failures, current=current[:80])
+            self._progress.update(self._task, completed=self.done, failures=self.failures,
+                                  current=escape(current[:80]))
 
     def started(self, case_id: str, device: str) -> None:
         self.current[device] = case_id
@@ -65,7 +68,7 @@ class Reporter:
             print(line, flush=True)
         else:
             if result.outcome.failed:
-                self.console.print(f"[red]{result.label}[/red] {result.case_id}: {result.summary}", markup=True)
+                self.console.print(Text.assemble((result.label, "red"), f" {result.case_id}: {result.summary}"))
             self._refresh()
 
     def note(self, text: str) -> None:
@@ -84,8 +87,8 @@ class Reporter:
             fail_table.add_column("case", overflow="fold")
             fail_table.add_column("outcome", no_wrap=True)
             fail_table.add_column("summary", overflow="fold")
-            for r in failed:
-                fail_table.add_row(r.case_id, r.label, r.summary)
+            for r in failed:   # Text: case ids hold [...] that rich would read as markup
+                fail_table.add_row(Text(r.case_id), Text(r.label), Text(r.summary))
             self.console.print(fail_table)
         gc = summary["golden_cache"]
         self.console.print(

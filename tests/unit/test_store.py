@@ -6,6 +6,7 @@ Most tests run against both the SQLite file and its in-memory twin.
 from __future__ import annotations
 
 import json
+from contextlib import closing
 import math
 import multiprocessing
 import sqlite3
@@ -83,7 +84,7 @@ def test_indexed_columns_mirror_the_result(tmp_path):
         s.add_result(rid, result("a", Outcome.DEVICE_FAULT, code=507018, seed=7, repeat=2, duration_s=1.5,
                                  log="/l", device="npu:3"), extra={"worker": "gw1"})
         s.add_result(rid, result("a", repeat=3, device="npu:3"), ref="fix")
-    with sqlite3.connect(tmp_path / "r.sqlite") as conn:
+    with closing(sqlite3.connect(tmp_path / "r.sqlite")) as conn, conn:
         rows = conn.execute("SELECT run_id, case_id, repeat, outcome, code, label, device, seed, duration_s, log, "
                             "ref, extra FROM results ORDER BY id").fetchall()
     assert rows[0] == (rid, "a", 2, "DEVICE_FAULT", "507018", "FAIL_507018", "npu:3", 7, 1.5, "/l", "upstream",
@@ -201,7 +202,7 @@ def test_history_counts_outcomes_per_run_and_ref(store):
 # -- schema versions and foreign files ----------------------------------------
 
 def _user_version(path: Path) -> int:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         return conn.execute("PRAGMA user_version").fetchone()[0]
 
 
@@ -209,14 +210,14 @@ def test_new_file_is_wal_with_the_current_schema_version(tmp_path):
     path = tmp_path / "r.sqlite"
     Store(path).close()
     assert _user_version(path) == SCHEMA_VERSION
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_a_newer_schema_is_a_clear_error(tmp_path):
     path = tmp_path / "r.sqlite"
     Store(path).close()
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
     with pytest.raises(StoreError, match=rf"{path}.*schema version {SCHEMA_VERSION + 1}.*newer harness"):
         Store(path)
@@ -241,13 +242,13 @@ def test_an_older_schema_is_migrated_on_open(tmp_path, monkeypatch):
     with Store(path):
         pass
     assert ran == [True] and _user_version(path) == SCHEMA_VERSION + 1
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         assert "shard" in [c[1] for c in conn.execute("PRAGMA table_info(results)")]
 
 
 def test_another_sqlite_file_or_a_non_database_is_refused_untouched(tmp_path):
     other = tmp_path / "other.sqlite"
-    with sqlite3.connect(other) as conn:
+    with closing(sqlite3.connect(other)) as conn, conn:
         conn.execute("CREATE TABLE notes (x)")
     with pytest.raises(StoreError, match=r"other.sqlite: not a harness results store"):
         Store(other)
@@ -312,6 +313,29 @@ def test_existing_store_in_a_directory_made_read_only_is_refused(tmp_path):
         d.chmod(0o755)
 
 
+def test_read_only_store_file_is_refused(tmp_path):
+    path = tmp_path / "r.sqlite"
+    Store(path).close()
+    path.chmod(0o444)
+    immutable = False
+    try:
+        try:
+            with open(path, "r+b"):
+                pass
+        except OSError:
+            pass
+        else:
+            immutable = subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
+            if not immutable:
+                pytest.skip("cannot make a read-only file here (root without chattr)")
+        with pytest.raises(StoreError, match=rf"store {path}: file is not writable"):
+            Store(path)
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(path)], capture_output=True)
+        path.chmod(0o644)
+
+
 def test_missing_parent_directory_is_refused(tmp_path):
     path = tmp_path / "no" / "such" / "r.sqlite"
     with pytest.raises(StoreError, match=rf"store {path}: directory {path.parent} does not exist"):
@@ -324,6 +348,23 @@ def test_the_stores_own_directory_is_created_when_its_parent_exists(tmp_path):
     assert check_path(path) == path and path.parent.is_dir() and not path.exists()
     Store(path).close()
     assert path.exists()
+
+
+def test_validating_without_creating(tmp_path, read_only_dir):
+    path = tmp_path / "reports" / "results.sqlite"
+    assert check_path(path, create=False) == path and not path.parent.exists()
+    with pytest.raises(StoreError, match="cannot create directory"):
+        check_path(read_only_dir / "reports" / "results.sqlite", create=False)
+    with pytest.raises(StoreError, match="does not exist"):
+        check_path(tmp_path / "a" / "b" / "r.sqlite", create=False)
+
+
+def test_finish_run_can_complete_the_provenance(store):
+    rid = start(store)
+    store.finish_run(rid, {"total": 0})
+    assert store.run(rid)["provenance"] == {"run": {"harness_git": None}}
+    store.finish_run(rid, {"total": 0}, provenance={"devices": {"npu:0": {"cann": "8.0"}}})
+    assert store.run(rid)["provenance"] == {"devices": {"npu:0": {"cann": "8.0"}}}
 
 
 def test_a_directory_is_not_a_store(tmp_path):
@@ -344,7 +385,7 @@ def test_garbled_rows_are_skipped_with_a_warning(tmp_path):
         other = start(s)
         for case_id in ("a", "b", "c", "d"):
             s.add_result(rid, result(case_id))
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("UPDATE results SET data = '{garbage' WHERE case_id = 'b'")
         conn.execute("UPDATE results SET data = json_set(data, '$.outcome', 'FROM_THE_FUTURE') WHERE case_id = 'c'")
         conn.execute("UPDATE results SET data = '[1, 2]' WHERE case_id = 'd'")
@@ -402,7 +443,7 @@ def test_two_processes_write_one_fresh_file_at_once(tmp_path):
         got = {r.case_id for r in s.results(rid)}
         assert len(s.runs()) == 1
     assert got == {f"gw{w}-{i}" for w in range(2) for i in range(50)}
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
@@ -411,7 +452,7 @@ def test_strict_json_on_disk(tmp_path):
     with Store(path) as s:
         rid = start(s, provenance={"x": float("nan")})
         s.add_result(rid, result("a", metrics={"m": float("inf")}))
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         data = conn.execute("SELECT data FROM results").fetchone()[0]
         prov = conn.execute("SELECT provenance FROM runs").fetchone()[0]
     assert json.loads(data)["metrics"] == {"m": "Infinity"} and json.loads(prov) == {"x": None}

@@ -9,6 +9,7 @@ it at a chosen moment and opens the file: integrity check ok, every reported res
 from __future__ import annotations
 
 import signal
+from contextlib import closing
 import sqlite3
 import subprocess
 import sys
@@ -49,7 +50,7 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def _check_readable(path: Path) -> None:
-    with sqlite3.connect(path, timeout=10) as conn:
+    with closing(sqlite3.connect(path, timeout=10)) as conn, conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
@@ -110,4 +111,4 @@ def test_kill_at_any_moment_of_opening_leaves_a_usable_file(tmp_path, delay):
         rid = store.start_run(command=["after"], devices=["cpu"])
         assert store.run(rid)["command"] == ["after"]
     _check_readable(path)
-    assert not list(tmp_path.glob(".store-probe-*"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.sqlite"]
