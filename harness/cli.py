@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.case import Case
+from harness.classify import default_rules
 from harness.devices import DeviceError, parse_device, parse_device_list
 from harness.engine import Engine, Planned, RunOptions
 from harness.matrix import MatrixError, load_paths, select
@@ -57,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--no-golden-cache", action="store_true", help="compute every golden")
     p_run.add_argument("--golden-dtype", choices=("fp32", "fp64"), default="fp32")
     p_run.add_argument("--log-dir", default=None, help="per-case logs (default reports/logs/<timestamp>)")
+    p_run.add_argument("--rules", action="append", default=[], metavar="FILE",
+                       help="extra classifier rules (YAML; harness-rules.yaml in the cwd is read too)")
     p_run.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first failure")
     p_run.add_argument("--no-progress", action="store_true", help="plain line-per-case output")
     return parser
@@ -89,10 +92,12 @@ def cmd_run(args) -> int:
     golden_cache = "" if args.no_golden_cache else str(args.golden_cache or default_cache_dir())
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     log_dir = Path(args.log_dir or Path("reports") / "logs" / stamp).resolve()
+    rules = default_rules(extra=[Path(p) for p in args.rules])     # a bad rules file: exit 2 before any case
     options = RunOptions(
         devices=devices,
         worker=WorkerOptions(log_dir=log_dir, golden_cache=golden_cache, golden_dtype=args.golden_dtype,
-                             kernel_paths=tuple(str(Path(p).resolve()) for p in args.kernel_path)),
+                             kernel_paths=tuple(str(Path(p).resolve()) for p in args.kernel_path),
+                             rules=rules),
         run_device_tier_on_cpu=args.tier == "all",
         exitfirst=args.exitfirst,
     )

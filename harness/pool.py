@@ -39,6 +39,7 @@ class WorkerOptions:
     golden_dtype: str = "fp32"
     kernel_paths: tuple[str, ...] = ()   # prepended to the inherited PYTHONPATH
     startup_timeout_s: float = 300.0
+    rules: tuple | None = None           # classifier rules (built-ins + project + --rules); None: built-ins
     base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -228,12 +229,12 @@ class DeviceWorker:
                                  f"{payload['message'].splitlines()[0] if payload['message'] else ''}", False)
         else:
             cls = classify_exception(payload["stage"], payload["exc_type"], payload["message"],
-                                     payload["traceback"], read_log(log_path))
+                                     payload["traceback"], read_log(log_path), rules=self.options.rules)
         if cls.sticky:
             self.replace()
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary,
                       report=payload["traceback"], duration_s=duration, sticky=cls.sticky,
-                      metrics={"secondary": list(cls.secondary)} if cls.secondary else {}, **base)
+                      metrics=_fault_metrics(cls), **base)
 
     def _hung(self, case: Case, base: dict, log_path: Path, started: float) -> Result:
         proc = self.proc
@@ -244,9 +245,11 @@ class DeviceWorker:
             except OSError:
                 pass
         self.replace()
-        cls = classify_timeout(case.timeout_s)
+        log_text = read_log(log_path)
+        cls = classify_timeout(case.timeout_s, log_text, rules=self.options.rules)
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
-                      report=read_log(log_path)[-4000:], duration_s=time.perf_counter() - started, **base)
+                      report=log_text[-4000:], duration_s=time.perf_counter() - started,
+                      metrics=_fault_metrics(cls), **base)
 
     def _died(self, base: dict, log_path: Path, started: float) -> Result:
         proc = self.proc
@@ -258,9 +261,24 @@ class DeviceWorker:
                 pass
         self.replace()
         log_text = read_log(log_path)
-        cls = classify_exit(returncode, log_text)
+        cls = classify_exit(returncode, log_text, rules=self.options.rules)
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
-                      report=log_text[-4000:], duration_s=time.perf_counter() - started, **base)
+                      report=log_text[-4000:], duration_s=time.perf_counter() - started,
+                      metrics=_fault_metrics(cls), **base)
+
+
+def _fault_metrics(cls: Classification) -> dict:
+    """What the classifier extracted, kept with the result (rendered by reports)."""
+    metrics: dict = {"rule": cls.rule}
+    if cls.secondary:
+        metrics["secondary"] = list(cls.secondary)
+    if cls.fields:
+        metrics["fields"] = dict(cls.fields)
+    if cls.hint:
+        metrics["hint"] = cls.hint
+    if getattr(cls, "name", None):
+        metrics["fault_name"] = cls.name
+    return metrics
 
 
 def _terminate(proc: subprocess.Popen) -> None:

@@ -32,6 +32,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--case-k", default=None, metavar="EXPR",
                     help="select cases with the harness's -k grammar (substrings may hold '=', '(' and ','; "
                          "and/or/not), e.g. --case-k 'slot_mode=padded(0.25) and batch=16'")
+    group.addoption("--harness-rules", action="append", default=[], metavar="FILE",
+                    help="extra classifier rules (YAML); harness-rules.yaml in the cwd is read too")
     group.addoption("--harness-log-dir", default=None, help="per-case logs (default reports/logs/pytest-<time>)")
 
 
@@ -134,6 +136,7 @@ def _engine(config: pytest.Config):
             worker=WorkerOptions(
                 log_dir=log_dir, golden_cache=golden, golden_dtype=config.getoption("--golden-dtype"),
                 kernel_paths=tuple(str(Path(p).resolve()) for p in config.getoption("--kernel-path")),
+                rules=_rules(config),
             ),
             run_device_tier_on_cpu=config.getoption("--harness-tier") == "all",
         ))
@@ -141,7 +144,18 @@ def _engine(config: pytest.Config):
     return engine
 
 
+def _rules(config: pytest.Config):
+    from harness.classify import default_rules
+    return default_rules(extra=[Path(p) for p in config.getoption("--harness-rules")])
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--harness-rules", None):
+        from harness.matrix import MatrixError
+        try:
+            _rules(config)
+        except MatrixError as exc:
+            raise pytest.UsageError(str(exc)) from None
     opt = config.getoption("--device", None)
     if opt:
         from harness.devices import DeviceError, parse_device

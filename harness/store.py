@@ -51,9 +51,10 @@ import threading
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from harness import __version__
 from harness.outcomes import Outcome, Result
@@ -206,7 +207,7 @@ def _matcher(pattern: str | Callable[[str], bool]) -> Callable[[str], bool]:
         return pattern
     if "*" in pattern or "?" in pattern:
         rx = re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern) + r"\Z",
-                        re.S)
+                        re.DOTALL)
         return lambda case_id: rx.match(case_id) is not None
     return lambda case_id: pattern in case_id
 
@@ -272,7 +273,9 @@ class Store:
         try:
             version = self._conn.execute("PRAGMA user_version").fetchone()[0]
             self._check_version(version)
-            with self._write() as conn:  # also proves the file is writable, before any case runs
+            # One write transaction on every open: proves the file is writable before any case runs
+            # (setting user_version writes even when unchanged; BEGIN alone would not notice).
+            with self._write() as conn:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 self._check_version(version)
                 if version == 0:
@@ -317,7 +320,8 @@ class Store:
             try:
                 yield conn
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # SQLite may have rolled back already (e.g. disk full)
+                    conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
 
@@ -341,7 +345,7 @@ class Store:
         with self._lock:
             self._conn.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -357,28 +361,26 @@ class Store:
         With ``run_id`` given the call is idempotent: pytest-xdist workers all call it
         with the id the controller chose, the first one creates the row.
         """
-        fixed = run_id is not None
-        for _ in range(20):
-            rid = run_id if fixed else new_run_id()
-            row = (rid, kind, parent_id, resumed_from, ref, ref_sha, time.time(), socket.gethostname(),
-                   os.getpid(), __version__, _dumps(list(command)), _dumps([str(d) for d in devices]),
-                   _dumps(provenance or {}), _dumps(env or {}), _dumps(extra or {}))
-
-            def insert(conn: sqlite3.Connection) -> bool:
-                verb = "INSERT OR IGNORE" if fixed else "INSERT"
-                try:
-                    conn.execute(f"{verb} INTO runs (run_id, kind, parent_id, resumed_from, ref, ref_sha, started, "
-                                 "host, pid, harness_version, command, devices, provenance, env, extra) "
-                                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
-                except sqlite3.IntegrityError:
-                    return False
-                if cases:
-                    self._plan(conn, rid, cases)
-                return True
-
-            if self._writing("cannot record the run", insert):
-                return rid
+        fields = (kind, parent_id, resumed_from, ref, ref_sha, time.time(), socket.gethostname(), os.getpid(),
+                  __version__, _dumps(list(command)), _dumps([str(d) for d in devices]), _dumps(provenance or {}),
+                  _dumps(env or {}), _dumps(extra or {}))
+        verb = "INSERT" if run_id is None else "INSERT OR IGNORE"
+        for candidate in [run_id] if run_id is not None else (new_run_id() for _ in range(20)):
+            if self._writing("cannot record the run",
+                             lambda conn, rid=candidate: self._insert_run(conn, verb, (rid, *fields), cases)):
+                return candidate
         raise StoreError(f"store {self.path}: could not find a free run id")
+
+    def _insert_run(self, conn: sqlite3.Connection, verb: str, row: tuple, cases: list[dict] | None) -> bool:
+        try:
+            conn.execute(f"{verb} INTO runs (run_id, kind, parent_id, resumed_from, ref, ref_sha, started, host, pid, "
+                         "harness_version, command, devices, provenance, env, extra) "
+                         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+        except sqlite3.IntegrityError:  # a generated id already taken: try another
+            return False
+        if cases:
+            self._plan(conn, row[0], cases)
+        return True
 
     def plan(self, run_id: str, cases: list[dict]) -> None:
         """Add planned cases to a run (idempotent per ``(case_id, repeat)``)."""

@@ -40,7 +40,7 @@ EXPECTED = {
     "nan-head": ("NONFINITE", "head [1]"),
     "wrong-signature": ("CONTRACT", "scale"),
     "returns-new-tensor": ("CONTRACT", "not the 'out' buffer"),
-    "npu-fault": ("DEVICE_FAULT", "507018"),
+    "npu-fault": ("DEVICE_FAULT", "AICORE"),
 }
 
 
@@ -76,6 +76,8 @@ def test_mismatch_report_localises_the_corrupted_head(bug_results):
     assert "head: 1 of 4 bad" in report, report
 
 
-def test_device_fault_label_is_the_code(bug_results):
+def test_root_cause_names_the_device_fault_and_keeps_the_cascade(bug_results):
     results, _ = bug_results
-    assert results["npu-fault"]["label"] == "FAIL_507018"
+    fault = results["npu-fault"]
+    assert fault["label"] == "FAIL_507015"            # the AICore exception printed before 507018
+    assert "FAIL_507018" in fault["metrics"]["secondary"]

@@ -133,3 +133,34 @@ def test_shipped_cases_load():
     proc = run_harness("list", str(ROOT / "cases"), cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) > 100
+
+
+def test_user_rules_classify_and_bad_rules_exit_2(tmp_path, golden_cache_dir):
+    (tmp_path / "lib" / "mylib").mkdir(parents=True)
+    (tmp_path / "lib" / "mylib" / "__init__.py").write_text(
+        "def rope_kv_write(**kw):\n    raise RuntimeError('MYLIB_FATAL ring=7: dma engine wedged')\n")
+    cases = write_case_file(tmp_path / "cases", "u.yaml", "name: u\nop: rope_kv_write\nkernel: 'mylib:rope_kv_write'\n")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "rules:\n"
+        "  - name: mylib_dma\n"
+        "    pattern: 'MYLIB_FATAL ring=(?P<ring>\\d+)'\n"
+        "    outcome: DEVICE_FAULT\n"
+        "    code: MYLIB_DMA\n"
+        "    sticky: true\n"
+        "    meaning: our DMA engine wedged\n"
+        "    hint: reset the ring\n")
+    out = tmp_path / "out.json"
+    proc = run_harness("run", str(cases), "--kernel-path", str(tmp_path / "lib"), "--rules", str(rules),
+                       "--json", str(out), "--golden-cache", str(golden_cache_dir),
+                       "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (r,) = results_by_id(out).values()
+    assert (r["outcome"], r["label"], r["sticky"]) == ("DEVICE_FAULT", "FAIL_MYLIB_DMA", True)
+    assert r["metrics"]["hint"] == "reset the ring"
+
+    rules.write_text("rules:\n  - name: broken\n    pattern: '(unclosed'\n    outcome: DEVICE_FAULT\n"
+                     "    sticky: true\n    meaning: x\n")
+    bad = run_harness("run", str(cases), "--rules", str(rules), cwd=tmp_path, timeout=60)
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and "rules.yaml:3" in bad.stderr and "pattern" in bad.stderr

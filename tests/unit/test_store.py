@@ -6,13 +6,13 @@ Most tests run against both the SQLite file and its in-memory twin.
 from __future__ import annotations
 
 import json
-from contextlib import closing
 import math
 import multiprocessing
 import sqlite3
 import subprocess
 import threading
 import warnings
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,8 +20,17 @@ import pytest
 from harness import store as store_mod
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.outcomes import Outcome, Result
-from harness.store import (DEFAULT_STORE, SCHEMA_VERSION, MemoryStore, Store, StoreError, StoreWarning,
-                           check_path, new_run_id, planned_entry)
+from harness.store import (
+    DEFAULT_STORE,
+    SCHEMA_VERSION,
+    MemoryStore,
+    Store,
+    StoreError,
+    StoreWarning,
+    check_path,
+    new_run_id,
+    planned_entry,
+)
 
 
 @pytest.fixture(params=["file", "memory"])
@@ -262,26 +271,42 @@ def test_another_sqlite_file_or_a_non_database_is_refused_untouched(tmp_path):
 
 # -- unusable paths: refused before anything is written ------------------------
 
-@pytest.fixture
-def read_only_dir(tmp_path):
-    d = tmp_path / "ro"
-    d.mkdir()
-    d.chmod(0o555)
+def _writable(path: Path) -> bool:
+    try:
+        if path.is_dir():
+            (path / "probe").touch()
+            (path / "probe").unlink()
+        else:
+            with open(path, "r+b"):
+                pass
+    except OSError:
+        return False
+    return True
+
+
+@contextmanager
+def read_only(path: Path):
+    """Make ``path`` (a file or a directory) read-only, even for root (immutable), or skip."""
+    mode = path.stat().st_mode & 0o777
+    path.chmod(0o555 if path.is_dir() else 0o444)
     immutable = False
     try:
-        (d / "probe").touch()
-    except OSError:
-        pass
-    else:  # root ignores modes: make the directory immutable instead, or give up
-        (d / "probe").unlink()
-        immutable = subprocess.run(["chattr", "+i", str(d)], capture_output=True).returncode == 0
-        if not immutable:
-            d.chmod(0o755)
-            pytest.skip("cannot make a read-only directory here (root without chattr)")
-    yield d
-    if immutable:
-        subprocess.run(["chattr", "-i", str(d)], capture_output=True)
-    d.chmod(0o755)
+        if _writable(path):  # root ignores modes
+            immutable = subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False).returncode == 0
+            if not immutable:
+                pytest.skip("cannot make a read-only path here (root without chattr)")
+        yield path
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(path)], capture_output=True, check=False)
+        path.chmod(mode)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    (tmp_path / "ro").mkdir()
+    with read_only(tmp_path / "ro") as d:
+        yield d
 
 
 def test_read_only_directory_is_refused_up_front(read_only_dir):
@@ -291,49 +316,25 @@ def test_read_only_directory_is_refused_up_front(read_only_dir):
 
 
 def test_existing_store_in_a_directory_made_read_only_is_refused(tmp_path):
-    d = tmp_path / "ro"
-    d.mkdir()
-    Store(d / "r.sqlite").close()
-    d.chmod(0o555)
-    try:
-        try:
-            (d / "probe").touch()
-        except OSError:
-            pass
-        else:
-            (d / "probe").unlink()
-            if subprocess.run(["chattr", "+i", str(d)], capture_output=True).returncode != 0:
-                pytest.skip("cannot make a read-only directory here")
-        try:
-            with pytest.raises(StoreError, match="not writable"):
-                Store(d / "r.sqlite")
-        finally:
-            subprocess.run(["chattr", "-i", str(d)], capture_output=True)
-    finally:
-        d.chmod(0o755)
+    (tmp_path / "ro").mkdir()
+    Store(tmp_path / "ro" / "r.sqlite").close()
+    with read_only(tmp_path / "ro") as d, pytest.raises(StoreError, match=f"directory {d} is not writable"):
+        Store(d / "r.sqlite")
 
 
 def test_read_only_store_file_is_refused(tmp_path):
     path = tmp_path / "r.sqlite"
     Store(path).close()
-    path.chmod(0o444)
-    immutable = False
-    try:
-        try:
-            with open(path, "r+b"):
-                pass
-        except OSError:
-            pass
-        else:
-            immutable = subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
-            if not immutable:
-                pytest.skip("cannot make a read-only file here (root without chattr)")
-        with pytest.raises(StoreError, match=rf"store {path}: file is not writable"):
-            Store(path)
-    finally:
-        if immutable:
-            subprocess.run(["chattr", "-i", str(path)], capture_output=True)
-        path.chmod(0o644)
+    with read_only(path), pytest.raises(StoreError, match=rf"store {path}: file is not writable"):
+        Store(path)
+
+
+def test_a_read_only_file_that_access_misses_fails_the_write_probe(tmp_path, monkeypatch):
+    path = tmp_path / "r.sqlite"
+    Store(path).close()
+    monkeypatch.setattr(store_mod.os, "access", lambda *a, **k: True)  # as on some network file systems
+    with read_only(path), pytest.raises(StoreError, match=rf"store {path}: cannot open: .*readonly"):
+        Store(path)
 
 
 def test_missing_parent_directory_is_refused(tmp_path):

@@ -9,11 +9,11 @@ it at a chosen moment and opens the file: integrity check ok, every reported res
 from __future__ import annotations
 
 import signal
-from contextlib import closing
 import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
