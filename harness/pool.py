@@ -112,6 +112,7 @@ class DeviceWorker:
         self.starts = 0           # processes started, spares included
         self.replacements = 0     # workers stopped because of a fault
         self.last_golden_stats: dict = {}
+        self._log_dirs: set[Path] = set()
 
     @property
     def proc(self) -> subprocess.Popen | None:
@@ -203,8 +204,9 @@ class DeviceWorker:
             return Result(outcome=Outcome.HARNESS_ERROR, summary=str(exc), duration_s=0.0, **base)
         if self.absent:
             return Result(outcome=Outcome.SKIPPED, summary=f"device not present: {self.absent}", **base)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.write_bytes(b"")
+        if log_path.parent not in self._log_dirs:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_dirs.add(log_path.parent)
         started = time.perf_counter()          # the case's time, not the worker's start-up
         try:
             self.conn.send(("run", {"case": case.to_wire(), "log": str(log_path)}))
