@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 _ENGINE_KEY = pytest.StashKey[object]()
+_STORE_KEY = pytest.StashKey[object]()        # the open Store, in the process that runs cases
+_RUN_KEY = pytest.StashKey[tuple]()           # (store path, run id), chosen by the controller
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -35,6 +38,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harness-rules", action="append", default=[], metavar="FILE",
                     help="extra classifier rules (YAML); harness-rules.yaml in the cwd is read too")
     group.addoption("--harness-log-dir", default=None, help="per-case logs (default reports/logs/pytest-<time>)")
+    group.addoption("--store", default=None, metavar="PATH",
+                    help="results database (default $HARNESS_STORE or reports/results.sqlite)")
+    group.addoption("--no-store", action="store_true", help="do not record case results")
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
@@ -70,6 +76,10 @@ class CaseItem(pytest.Item):
 
     def runtest(self) -> None:
         result = _engine(self.config).run_one(self.case)
+        store, run_id = _store(self.config)
+        if store is not None:
+            store.add_result(run_id, result, extra={"nodeid": self.nodeid,
+                                                    "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")})
         for key in ("outcome", "code", "device", "log", "duration_s"):
             value = getattr(result, key)
             self.user_properties.append((key, getattr(value, "value", value)))
@@ -163,9 +173,92 @@ def pytest_configure(config: pytest.Config) -> None:
             parse_device(opt)
         except DeviceError as exc:
             raise pytest.UsageError(str(exc)) from None
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:               # an xdist worker: the controller chose (or declined) the run
+        if workerinput.get("harness_run_id"):
+            config.stash[_RUN_KEY] = (workerinput["harness_store"], workerinput["harness_run_id"])
+        return
+    if config.getoption("--no-store"):
+        return
+    from harness.store import DEFAULT_STORE, StoreError, check_path, new_run_id
+    path = Path(config.invocation_params.dir, config.getoption("--store") or os.environ.get("HARNESS_STORE")
+                or DEFAULT_STORE)
+    try:
+        check_path(path, create=False)        # a clear error before anything is collected or run
+    except StoreError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_RUN_KEY] = (str(path), os.environ.get("HARNESS_RUN_ID") or new_run_id())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller, once per worker: every worker writes its results under the one run id."""
+    path_and_id = node.config.stash.get(_RUN_KEY, None)
+    if path_and_id:
+        node.workerinput["harness_store"], node.workerinput["harness_run_id"] = path_and_id
+
+
+def _devices(config: pytest.Config) -> list[str]:
+    from harness.devices import parse_device, parse_device_list
+    devices_opt, device_opt = config.getoption("--devices"), config.getoption("--device")
+    return [str(d) for d in (parse_device_list(devices_opt) if devices_opt else [parse_device(device_opt or "cpu")])]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In the process that runs cases (each xdist worker, or the only process): open the store and
+    record the run and its planned cases (idempotent across workers) before any case runs."""
+    config = session.config
+    path_and_id = config.stash.get(_RUN_KEY, None)
+    cases = [item.case for item in session.items if isinstance(item, CaseItem)]
+    if path_and_id is None or not cases:
+        return
+    from harness.provenance import run_provenance
+    from harness.store import Store, StoreError, planned_entry
+    path, run_id = path_and_id
+    try:
+        store = Store(path)
+    except StoreError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_STORE_KEY] = store
+    info = run_provenance(tuple(str(Path(p).resolve()) for p in config.getoption("--kernel-path")))
+    command = getattr(config, "workerinput", {}).get("mainargv", sys.argv)
+    store.start_run(run_id=run_id, kind="pytest", command=list(command), devices=_devices(config),
+                    provenance={"run": info}, env=info["env"], cases=[planned_entry(c) for c in cases],
+                    extra={"options": {"kernel_paths": sorted(info["kernel_paths"]),
+                                       "golden_dtype": config.getoption("--golden-dtype"),
+                                       "tier": "all" if config.getoption("--harness-tier") == "all" else "auto"}})
+
+
+def _store(config: pytest.Config):
+    store = config.stash.get(_STORE_KEY, None)
+    return (store, config.stash[_RUN_KEY][1]) if store is not None else (None, None)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    """The controller (or the only process) closes the run with a summary of what the store holds."""
+    config = session.config
+    if hasattr(config, "workerinput") or config.stash.get(_RUN_KEY, None) is None:
+        return
+    path, run_id = config.stash[_RUN_KEY]
+    if not Path(path).exists():
+        return
+    from harness.reports.json_report import summarize
+    from harness.store import Store
+    store = config.stash.get(_STORE_KEY, None)
+    own = store is None
+    store = store or Store(path)
+    try:
+        if store.run(run_id) is not None:
+            store.finish_run(run_id, {**summarize(store.results(run_id)), "exitstatus": int(exitstatus)})
+    finally:
+        if own:
+            store.close()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     engine = config.stash.get(_ENGINE_KEY, None)
     if engine is not None:
         engine.close()
+    store = config.stash.get(_STORE_KEY, None)
+    if store is not None:
+        store.close()

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -164,3 +166,63 @@ def test_user_rules_classify_and_bad_rules_exit_2(tmp_path, golden_cache_dir):
     bad = run_harness("run", str(cases), "--rules", str(rules), cwd=tmp_path, timeout=60)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "rules.yaml:3" in bad.stderr and "pattern" in bad.stderr
+
+
+def test_kill_9_of_the_front_end_loses_nothing_and_resume_runs_only_the_rest(tmp_path, golden_cache_dir):
+    import signal
+    import sqlite3
+    import time
+
+    (tmp_path / "lib" / "slowkern").mkdir(parents=True)
+    (tmp_path / "lib" / "slowkern" / "__init__.py").write_text(
+        "import time\nfrom kernels.reference import rope_kv_write as _ref\n"
+        "def rope_kv_write(**kw):\n    time.sleep(0.4)\n    return _ref(**kw)\n")
+    cases = write_case_file(tmp_path / "cases", "slow.yaml", """\
+        name: slow
+        op: rope_kv_write
+        kernel: "slowkern:rope_kv_write"
+        matrix:
+          seed: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+        """)
+    store = tmp_path / "results.sqlite"
+    common = ["--kernel-path", str(tmp_path / "lib"), "--store", str(store), "--golden-cache", str(golden_cache_dir),
+              "--no-progress"]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(cases), *common,
+                             "--log-dir", str(tmp_path / "logs1")], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    done = 0
+    while time.time() < deadline and done < 3:
+        time.sleep(0.1)
+        if store.exists():
+            try:
+                with sqlite3.connect(store) as db:
+                    done = db.execute("select count(*) from results").fetchone()[0]
+            except sqlite3.Error:
+                pass
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert 3 <= done < 10
+
+    with sqlite3.connect(store) as db:
+        assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
+        (run_id,) = db.execute("select run_id from runs").fetchone()
+        kept = {r[0] for r in db.execute("select case_id from results where run_id = ?", (run_id,))}
+    assert len(kept) >= done
+
+    out = tmp_path / "rest.json"
+    resumed = run_harness("run", "--resume", run_id, *common, "--json", str(out), "--log-dir",
+                          str(tmp_path / "logs2"), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    rest = set(results_by_id(out))
+    assert rest.isdisjoint(kept) and len(rest | kept) == 10
+    again = run_harness("run", "--resume", run_id, *common, cwd=tmp_path, timeout=60)
+    assert again.returncode == 0 and "nothing missing" in again.stdout
+
+
+def test_unusable_store_is_refused_before_any_case(tmp_path):
+    cases = write_case_file(tmp_path / "cases", "good.yaml", GOOD)
+    proc = run_harness("run", str(cases), "--store", str(tmp_path / "no" / "such" / "dir" / "r.sqlite"),
+                       cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "store" in proc.stderr
+    assert not (tmp_path / "reports" / "logs").exists()

@@ -1,6 +1,7 @@
 """The pytest front end, black-box: write case files, run pytest in a subprocess, read its output."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -78,3 +79,19 @@ def test_case_k_takes_the_harness_grammar(tmp_path, golden_cache_dir):
                       "--golden-cache", str(golden_cache_dir), "-q", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed, 5 deselected" in proc.stdout
+
+
+def test_pytest_runs_write_one_run_to_the_store_across_xdist_workers(tmp_path, golden_cache_dir):
+    import sqlite3
+
+    write_case_file(tmp_path / "cases", "plug.yaml", CASES)
+    store = tmp_path / "r.sqlite"
+    proc = run_pytest("cases", "-n", "2", "--devices", "cpu,cpu", "--store", str(store),
+                      "--golden-cache", str(golden_cache_dir), "-q", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    with sqlite3.connect(store) as db:
+        runs = db.execute("select run_id, kind, summary from runs").fetchall()
+        assert len(runs) == 1 and runs[0][1] == "pytest"
+        outcomes = sorted(r[0] for r in db.execute("select outcome from results where run_id = ?", (runs[0][0],)))
+    assert outcomes == ["MISMATCH", "MISMATCH", "OOB_WRITE", "PASS", "PASS", "PASS"]
+    assert json.loads(runs[0][2])["total"] == 6
