@@ -10,12 +10,14 @@ fault replaces the worker before the next case.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -40,6 +42,7 @@ class WorkerOptions:
     kernel_paths: tuple[str, ...] = ()   # prepended to the inherited PYTHONPATH
     startup_timeout_s: float = 300.0
     rules: tuple | None = None           # classifier rules (built-ins + project + --rules); None: built-ins
+    fork_cpu_workers: bool = True        # cpu workers forked from a preloaded zygote (see ZYGOTE_PRELOAD)
     base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -71,11 +74,57 @@ class WorkerStartError(RuntimeError):
     pass
 
 
+# The CPU zygote: a forkserver that has imported these and run nothing, so a replacement
+# worker is a fork (tens of ms), not a fresh torch import (seconds).  Accelerator workers
+# are always spawned fresh: importing torch can load a device runtime (torch-npu is
+# autoloaded by `import torch`), and a process must never fork after that.
+ZYGOTE_PRELOAD = ["torch", "goldens", "goldens.cache", "harness.execute", "harness.worker", "kernels.reference"]
+_zygote_lock = threading.Lock()
+_zygote_context = None
+
+
+def _zygote():
+    global _zygote_context
+    with _zygote_lock:
+        if _zygote_context is None:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(ZYGOTE_PRELOAD)
+            _zygote_context = ctx
+        return _zygote_context
+
+
+class _ForkedProc:
+    """A forked worker (``multiprocessing.Process``) behind the part of ``Popen`` the pool uses."""
+
+    def __init__(self, process):
+        self._p = process
+        self.pid = process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._p.exitcode
+
+    def poll(self) -> int | None:
+        return self._p.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._p.join(timeout)
+        if self._p.exitcode is None:
+            raise subprocess.TimeoutExpired("harness.worker (forked)", timeout)
+        return self._p.exitcode
+
+    def terminate(self) -> None:
+        self._p.terminate()
+
+    def kill(self) -> None:
+        self._p.kill()
+
+
 @dataclass
 class _Process:
     """One started worker process and its end of the pipe."""
 
-    proc: subprocess.Popen
+    proc: "subprocess.Popen | _ForkedProc"
     conn: Connection
     env_key: tuple
     log_path: Path
@@ -126,8 +175,10 @@ class DeviceWorker:
     def _spawn(self, case_env: dict[str, str]) -> _Process:
         self.options.log_dir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
-        parent_sock, child_sock = socket.socketpair()
         log_path = self.options.log_dir / f"worker-{self.name}-{str(self.device).replace(':', '')}-{self.starts}.log"
+        if self.device.kind == "cpu" and self.options.fork_cpu_workers:
+            return self._fork(case_env, log_path)
+        parent_sock, child_sock = socket.socketpair()
         try:
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
@@ -141,6 +192,19 @@ class DeviceWorker:
         finally:
             child_sock.close()
         return _Process(proc, Connection(parent_sock.detach()), _env_key(case_env), log_path)
+
+    def _fork(self, case_env: dict[str, str], log_path: Path) -> _Process:
+        from harness.worker import forked_main
+        ctx = _zygote()
+        parent_conn, child_conn = ctx.Pipe()
+        process = ctx.Process(
+            target=forked_main, name=f"harness-worker-{self.name}",
+            args=(child_conn, str(self.device), self.options.golden_cache, self.options.golden_dtype,
+                  worker_env(self.options, case_env), str(log_path)),
+        )
+        process.start()
+        child_conn.close()
+        return _Process(_ForkedProc(process), parent_conn, _env_key(case_env), log_path)
 
     def _await_ready(self, process: _Process) -> None:
         if not process.conn.poll(self.options.startup_timeout_s):
@@ -243,7 +307,7 @@ class DeviceWorker:
         if proc is not None and proc.poll() is None:
             try:
                 os.kill(proc.pid, signal.SIGUSR1)      # Python stacks into the case log
-                time.sleep(_STACK_DUMP_GRACE_S)
+                _wait_for_quiet_log(log_path, _STACK_DUMP_GRACE_S)
             except OSError:
                 pass
         self.replace()
@@ -267,6 +331,19 @@ class DeviceWorker:
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
                       report=log_text[-4000:], duration_s=time.perf_counter() - started,
                       metrics=_fault_metrics(cls), **base)
+
+
+def _wait_for_quiet_log(log_path: Path, limit_s: float) -> None:
+    """Until the stack dump has landed: the log grew and then stopped growing (bounded)."""
+    deadline = time.monotonic() + limit_s
+    last = -1
+    start = log_path.stat().st_size if log_path.exists() else 0
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        size = log_path.stat().st_size if log_path.exists() else 0
+        if size > start and size == last:
+            return
+        last = size
 
 
 def _fault_metrics(cls: Classification) -> dict:

@@ -39,15 +39,8 @@ def redirected_output(log_path: str):
             os.close(f)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="harness.worker")
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--device", required=True)
-    parser.add_argument("--golden-cache", default="")
-    parser.add_argument("--golden-dtype", default="fp32")
-    args = parser.parse_args(argv)
-
-    conn = Connection(args.fd)
+def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtype: str) -> int:
+    """The message loop: announce readiness, then run cases until ``stop`` or the pipe closes."""
     faulthandler.enable(all_threads=True)           # fatal signals: stacks to fd 2 (the case log)
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
@@ -56,14 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     from harness.case import Case
     from harness.execute import KernelLoader, execute_case
 
-    device = parse_device(args.device)
+    device = parse_device(device_text)
     backend = backend_for(device)
     try:
         absent = backend.absent_reason(device)
         info = {} if absent else backend.describe(device)
     except Exception as exc:   # a broken torch-npu install is an absent device, with the reason
         absent, info = f"{type(exc).__name__}: {exc}", {}
-    golden_cache = GoldenCache(args.golden_cache or None)
+    golden_cache = GoldenCache(golden_cache_dir or None)
     loader = KernelLoader()
     conn.send(("ready", {"absent": absent, "info": info, "pid": os.getpid()}))
 
@@ -77,9 +70,38 @@ def main(argv: list[str] | None = None) -> int:
         if name == "run":
             case = Case.from_wire(kwargs["case"])
             with redirected_output(kwargs["log"]):
-                payload = execute_case(case, device, backend, golden_cache, loader, args.golden_dtype)
+                payload = execute_case(case, device, backend, golden_cache, loader, golden_dtype)
             payload["golden_stats"] = {"hits": golden_cache.hits, "computed": golden_cache.computed}
             conn.send(("result", payload))
+
+
+def forked_main(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtype: str,
+                env: dict[str, str], log_path: str) -> None:
+    """Entry point of a worker forked from the CPU zygote (``pool.ZYGOTE_PRELOAD`` imported, nothing run).
+
+    Takes on what a spawned worker gets from its command line and environment: its own
+    session, its log as stdout/stderr, the run's environment and PYTHONPATH.
+    """
+    os.setsid()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(env)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:0] = [p for p in paths if p not in sys.path]
+    sys.exit(serve(conn, device_text, golden_cache_dir, golden_dtype))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="harness.worker")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--golden-cache", default="")
+    parser.add_argument("--golden-dtype", default="fp32")
+    args = parser.parse_args(argv)
+    return serve(Connection(args.fd), args.device, args.golden_cache, args.golden_dtype)
 
 
 if __name__ == "__main__":

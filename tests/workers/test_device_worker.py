@@ -170,3 +170,27 @@ def test_spare_worker_makes_the_second_replacement_immediate(worker, tmp_path):
     worker.run(make_case(kernel="segfault", case_id="s2"), tmp_path / "s2.log")
     assert worker.run(make_case(case_id="ok2"), tmp_path / "ok2.log").outcome is Outcome.PASS
     assert worker.proc.pid == spare_pid
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked-from-zygote", "spawned"])
+def test_both_ways_of_starting_a_worker_survive_faults_and_see_kernel_paths(tmp_path, options, fork):
+    """cpu workers fork from the preloaded zygote; accelerator workers are spawned fresh."""
+    pkg = tmp_path / "userlib" / "mykern2"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import os\nfrom kernels.reference import rope_kv_write as _ref\n"
+                                     "def rope(**kw):\n    assert os.environ['MY_FLAG'] == 'on'\n    return _ref(**kw)\n")
+    opts = replace(options, kernel_paths=(str(tmp_path / "userlib"),), fork_cpu_workers=fork)
+    w = DeviceWorker(Device("cpu"), opts)
+    try:
+        ok = w.run(make_case(kernel="mykern2:rope", case_id="k", env={"MY_FLAG": "on"}), tmp_path / "k.log")
+        pid = w.proc.pid
+        crash = w.run(make_case(kernel="segfault", case_id="s", env={"MY_FLAG": "on"}), tmp_path / "s.log")
+        hang = w.run(make_case(kernel="hang", case_id="h", timeout_s=1.0, env={"MY_FLAG": "on"}), tmp_path / "h.log")
+        after = w.run(make_case(kernel="mykern2:rope", case_id="a", env={"MY_FLAG": "on"}), tmp_path / "a.log")
+    finally:
+        w.close()
+    assert ok.outcome is Outcome.PASS, ok.summary
+    assert (crash.outcome, crash.code) == (Outcome.CRASH, "SIGSEGV")
+    assert hang.outcome is Outcome.HANG
+    assert "most recent call first" in (tmp_path / "h.log").read_text()     # faulthandler's stack dump
+    assert after.outcome is Outcome.PASS and w.replacements == 2 and pid != os.getpid()
