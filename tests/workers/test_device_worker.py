@@ -102,10 +102,17 @@ def test_engine_keeps_one_result_per_case_through_faults(options):
         make_case(kernel="hang", case_id="hang", timeout_s=1.0),
         make_case(case_id="ok3", op="fused_rope_decode_attention"),
     ]
+    cases[2:2] = [make_case(kernel="oom", case_id="oom"), make_case(kernel="abort", case_id="abort"),
+                  make_case(kernel="npu_fault", case_id="npu"), make_case(kernel="native_hang", case_id="nh",
+                                                                          timeout_s=1.0)]
     with Engine(RunOptions(devices=[Device("cpu")], worker=options)) as engine:
         results = engine.run([Planned(i, c) for i, c in enumerate(cases)])
+        replacements = engine.workers[0].replacements
     assert [r.case_id for r in results] == [c.case_id for c in cases]
-    assert [r.outcome for r in results] == [Outcome.PASS, Outcome.CRASH, Outcome.PASS, Outcome.HANG, Outcome.PASS]
+    assert [r.outcome for r in results] == [
+        Outcome.PASS, Outcome.CRASH, Outcome.OOM, Outcome.CRASH, Outcome.DEVICE_FAULT, Outcome.HANG,
+        Outcome.PASS, Outcome.HANG, Outcome.PASS]
+    assert replacements == 5          # segfault, abort, device fault, two hangs; not the OOM
 
 
 def test_device_tier_is_skipped_on_cpu_unless_asked(options):
