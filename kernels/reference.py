@@ -377,6 +377,11 @@ def with_op_signature(op: str, body: Callable[[str, dict[str, Any]], Any]) -> Ca
     return kernel
 
 
+def for_every_op(body: Callable[[str, dict[str, Any]], Any]) -> tuple[Callable[..., Any], ...]:
+    """``with_op_signature`` for every op, in ``OP_NAMES`` order (for mutants that ignore the op)."""
+    return tuple(with_op_signature(op, body) for op in OP_NAMES)
+
+
 _REFERENCE = ReferenceKernel()
 rope_kv_write = _REFERENCE.rope_kv_write
 paged_decode_attention = _REFERENCE.paged_decode_attention

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kernels.reference import with_op_signature
+from kernels.reference import for_every_op
 
 
 def _never_return(op: str, args: dict[str, Any]) -> None:
@@ -17,8 +17,5 @@ def _never_return(op: str, args: dict[str, Any]) -> None:
         time.sleep(1.0)
 
 
-rope_kv_write = with_op_signature("rope_kv_write", _never_return)
-paged_decode_attention = with_op_signature("paged_decode_attention", _never_return)
-fused_rope_decode_attention = with_op_signature("fused_rope_decode_attention", _never_return)
-prefill_attention = with_op_signature("prefill_attention", _never_return)
-decode_layers = with_op_signature("decode_layers", _never_return)
+(rope_kv_write, paged_decode_attention, fused_rope_decode_attention, prefill_attention,
+ decode_layers) = for_every_op(_never_return)

@@ -12,7 +12,7 @@ import ctypes
 import signal
 from typing import Any
 
-from kernels.reference import with_op_signature
+from kernels.reference import for_every_op
 
 
 def _block_in_native_code(op: str, args: dict[str, Any]) -> None:
@@ -22,8 +22,5 @@ def _block_in_native_code(op: str, args: dict[str, Any]) -> None:
         libc.pause()
 
 
-rope_kv_write = with_op_signature("rope_kv_write", _block_in_native_code)
-paged_decode_attention = with_op_signature("paged_decode_attention", _block_in_native_code)
-fused_rope_decode_attention = with_op_signature("fused_rope_decode_attention", _block_in_native_code)
-prefill_attention = with_op_signature("prefill_attention", _block_in_native_code)
-decode_layers = with_op_signature("decode_layers", _block_in_native_code)
+(rope_kv_write, paged_decode_attention, fused_rope_decode_attention, prefill_attention,
+ decode_layers) = for_every_op(_block_in_native_code)

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from kernels.reference import with_op_signature
+from kernels.reference import for_every_op
 
 
 def _emulated_npu_fault(op: str, args: dict[str, Any]) -> None:
@@ -30,8 +30,5 @@ def _emulated_npu_fault(op: str, args: dict[str, Any]) -> None:
     )
 
 
-rope_kv_write = with_op_signature("rope_kv_write", _emulated_npu_fault)
-paged_decode_attention = with_op_signature("paged_decode_attention", _emulated_npu_fault)
-fused_rope_decode_attention = with_op_signature("fused_rope_decode_attention", _emulated_npu_fault)
-prefill_attention = with_op_signature("prefill_attention", _emulated_npu_fault)
-decode_layers = with_op_signature("decode_layers", _emulated_npu_fault)
+(rope_kv_write, paged_decode_attention, fused_rope_decode_attention, prefill_attention,
+ decode_layers) = for_every_op(_emulated_npu_fault)

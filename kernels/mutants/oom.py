@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from kernels.reference import with_op_signature
+from kernels.reference import for_every_op
 
 _BLOCK = 64 << 20
 
@@ -39,8 +39,5 @@ def _allocate_until_refused(op: str, args: dict[str, Any]) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-rope_kv_write = with_op_signature("rope_kv_write", _allocate_until_refused)
-paged_decode_attention = with_op_signature("paged_decode_attention", _allocate_until_refused)
-fused_rope_decode_attention = with_op_signature("fused_rope_decode_attention", _allocate_until_refused)
-prefill_attention = with_op_signature("prefill_attention", _allocate_until_refused)
-decode_layers = with_op_signature("decode_layers", _allocate_until_refused)
+(rope_kv_write, paged_decode_attention, fused_rope_decode_attention, prefill_attention,
+ decode_layers) = for_every_op(_allocate_until_refused)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from kernels import reference
-from kernels.reference import with_op_signature
+from kernels.reference import for_every_op
 
 ENV_VAR = "RACY_HEAD_P"
 DEFAULT_P = 0.5
@@ -66,8 +66,5 @@ def _launch(op: str, args: dict[str, Any]) -> Any:
     return result
 
 
-rope_kv_write = with_op_signature("rope_kv_write", _launch)
-paged_decode_attention = with_op_signature("paged_decode_attention", _launch)
-fused_rope_decode_attention = with_op_signature("fused_rope_decode_attention", _launch)
-prefill_attention = with_op_signature("prefill_attention", _launch)
-decode_layers = with_op_signature("decode_layers", _launch)
+(rope_kv_write, paged_decode_attention, fused_rope_decode_attention, prefill_attention,
+ decode_layers) = for_every_op(_launch)

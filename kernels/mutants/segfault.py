@@ -10,15 +10,12 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from kernels.reference import with_op_signature
+from kernels.reference import for_every_op
 
 
 def _dereference_null(op: str, args: dict[str, Any]) -> None:
     ctypes.string_at(0)
 
 
-rope_kv_write = with_op_signature("rope_kv_write", _dereference_null)
-paged_decode_attention = with_op_signature("paged_decode_attention", _dereference_null)
-fused_rope_decode_attention = with_op_signature("fused_rope_decode_attention", _dereference_null)
-prefill_attention = with_op_signature("prefill_attention", _dereference_null)
-decode_layers = with_op_signature("decode_layers", _dereference_null)
+(rope_kv_write, paged_decode_attention, fused_rope_decode_attention, prefill_attention,
+ decode_layers) = for_every_op(_dereference_null)
