@@ -226,3 +226,14 @@ def test_unusable_store_is_refused_before_any_case(tmp_path):
                        cwd=tmp_path, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "store" in proc.stderr
     assert not (tmp_path / "reports" / "logs").exists()
+
+
+def test_fp64_goldens_on_request_have_their_own_cache_entries(tmp_path, golden_cache_dir):
+    cases = write_case_file(tmp_path / "cases", "good.yaml", GOOD)
+    out = tmp_path / "out.json"
+    common = ["--golden-cache", str(golden_cache_dir), "--no-store", "--json", str(out)]
+    assert run_harness("run", str(cases), *common, "--log-dir", str(tmp_path / "l1"), cwd=tmp_path).returncode == 0
+    fp64 = run_harness("run", str(cases), *common, "--golden-dtype", "fp64", "--log-dir", str(tmp_path / "l2"),
+                       cwd=tmp_path)
+    assert fp64.returncode == 0, fp64.stdout + fp64.stderr
+    assert json.loads(out.read_text())["summary"]["golden_cache"] == {"computed": 3, "hits": 0}
