@@ -55,10 +55,9 @@ class Engine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def run_one(self, case: Case, worker_index: int = 0, repeat: int = 0) -> Result:
-        """Run a single case on one worker, in the caller's thread (pytest items use this)."""
-        worker = self.workers[worker_index]
-        return self._run_on(worker, case, repeat)
+    def run_one(self, case: Case, repeat: int = 0) -> Result:
+        """Run a single case on the first device's worker, in the caller's thread (pytest items use this)."""
+        return self._run_on(self.workers[0], case, repeat)
 
     def _run_on(self, worker: DeviceWorker, case: Case, repeat: int) -> Result:
         reason = tier_skip_reason(case, worker.device, self.options.run_device_tier_on_cpu)

@@ -67,7 +67,6 @@ def _stage(name: str, fn: Callable, *args, **kwargs):
 def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,
                  loader: KernelLoader, golden_dtype: str = "fp32") -> dict[str, Any]:
     t0 = time.perf_counter()
-    timings: dict[str, float] = {}
     try:
         ci = _stage("inputs", inputs.generate, case)
         t1 = time.perf_counter()

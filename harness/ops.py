@@ -169,7 +169,3 @@ OPS: dict[str, OpSpec] = {
         slot_masked_outputs=("logits", "next_hidden"),
     ),
 }
-
-
-def op_spec(name: str) -> OpSpec:
-    return OPS[name]

@@ -160,7 +160,6 @@ class DeviceWorker:
         self.info: dict = {}
         self.starts = 0           # processes started, spares included
         self.replacements = 0     # workers stopped because of a fault
-        self.last_golden_stats: dict = {}
         self._log_dirs: set[Path] = set()
 
     @property
@@ -281,7 +280,6 @@ class DeviceWorker:
         if message is None:
             return self._hung(case, base, log_path, started)
         _, payload = message
-        self.last_golden_stats = payload.get("golden_stats", {})
         return self._result(payload, base, log_path)
 
     def _result(self, payload: dict, base: dict, log_path: Path) -> Result:

@@ -71,7 +71,6 @@ def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtyp
             case = Case.from_wire(kwargs["case"])
             with redirected_output(kwargs["log"]):
                 payload = execute_case(case, device, backend, golden_cache, loader, golden_dtype)
-            payload["golden_stats"] = {"hits": golden_cache.hits, "computed": golden_cache.computed}
             conn.send(("result", payload))
 
 

@@ -42,10 +42,6 @@ BUILTINS: dict[str, dict[str, str]] = {
 }
 
 
-def builtin_names() -> tuple[str, ...]:
-    return tuple(BUILTINS)
-
-
 def is_import_path(kernel: str) -> bool:
     module, sep, attr = kernel.partition(":")
     return bool(sep) and all(part.isidentifier() for part in module.split(".")) and attr.isidentifier()

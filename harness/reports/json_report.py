@@ -71,8 +71,3 @@ def write_json(path: str | os.PathLike, results: list[Result], *, started: float
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def read_json(path: str | os.PathLike) -> tuple[list[Result], dict]:
-    doc = json.loads(Path(path).read_text())
-    return [Result.from_json(r) for r in doc["results"]], doc
