@@ -10,6 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable
 
 from harness.case import Case
@@ -31,6 +32,7 @@ class Planned:
     index: int
     case: Case
     repeat: int = 0
+    bitwise: bool = False      # compare every output and cache bit for bit with the case's first iteration
 
 
 def tier_skip_reason(case: Case, device: Device, run_device_tier_on_cpu: bool) -> str | None:
@@ -55,20 +57,34 @@ class Engine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def run_one(self, case: Case, repeat: int = 0) -> Result:
+    def run_one(self, case: Case, repeat: int = 0, bitwise: bool = False) -> Result:
         """Run a single case on the first device's worker, in the caller's thread (pytest items use this)."""
-        return self._run_on(self.workers[0], case, repeat)
+        return self._run_on(self.workers[0], Planned(0, case, repeat, bitwise))
 
-    def _run_on(self, worker: DeviceWorker, case: Case, repeat: int) -> Result:
+    def baseline_path(self, case: Case, device: Device) -> Path:
+        """Where a fixed-seed hunt keeps the case's first buffers: per case, seed and device
+        (two devices need not agree bit for bit; one device with itself must)."""
+        stem = log_name(case.case_id, 0).removesuffix(".r0.log")
+        return self.options.worker.log_dir / "baselines" / f"{stem}.s{case.seed}.{str(device).replace(':', '')}.safetensors"
+
+    def _run_on(self, worker: DeviceWorker, p: Planned) -> Result:
+        case, repeat = p.case, p.repeat
         reason = tier_skip_reason(case, worker.device, self.options.run_device_tier_on_cpu)
         if reason:
             return Result(outcome=Outcome.SKIPPED, summary=reason, **case_fields(case, repeat, worker.device, None))
         log = self.options.worker.log_dir / log_name(case.case_id, repeat)
-        return worker.run(case, log, repeat)
+        baseline = self.baseline_path(case, worker.device) if p.bitwise else None
+        return worker.run(case, log, repeat, baseline=baseline)
 
     def run(self, planned: Iterable[Planned],
             on_start: Callable[[Planned, DeviceWorker], None] | None = None,
-            on_result: Callable[[Planned, Result], None] | None = None) -> list[Result]:
+            on_result: Callable[[Planned, Result], None] | None = None,
+            should_run: Callable[[Planned], bool] | None = None) -> list[Result]:
+        """Run ``planned`` across the devices; results in planned order (those that ran).
+
+        ``should_run`` is asked (under the callback lock) as each item is taken: False
+        drops it unrun (flake hunts stop a case after K failures, or at a deadline).
+        """
         todo: queue.Queue[Planned] = queue.Queue()
         items = list(planned)
         for p in items:
@@ -84,10 +100,12 @@ class Engine:
                         p = todo.get_nowait()
                     except queue.Empty:
                         return
-                    if on_start:
-                        with self._lock:
+                    with self._lock:
+                        if should_run is not None and not should_run(p):
+                            continue
+                        if on_start:
                             on_start(p, worker)
-                    result = self._run_on(worker, p.case, p.repeat)
+                    result = self._run_on(worker, p)
                     with self._lock:
                         results[p.index] = result
                         if on_result:

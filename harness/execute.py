@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from goldens.cache import GoldenCache
-from harness import checks, inputs
+from harness import checks, determinism, inputs
 from harness.case import Case
 from harness.devices import Backend, Device
 from harness.launch import ContractError, launch
@@ -65,7 +65,10 @@ def _stage(name: str, fn: Callable, *args, **kwargs):
 
 
 def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,
-                 loader: KernelLoader, golden_dtype: str = "fp32") -> dict[str, Any]:
+                 loader: KernelLoader, golden_dtype: str = "fp32", *, repeat: int = 0,
+                 baseline: str | None = None, baselines: determinism.Baselines | None = None) -> dict[str, Any]:
+    """``baseline``: a file to compare every output and cache with bit for bit (fixed-seed
+    flake hunts; the first iteration writes it), kept in ``baselines`` between cases."""
     t0 = time.perf_counter()
     try:
         ci = _stage("inputs", inputs.generate, case)
@@ -83,6 +86,10 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
             raise Stage("launch", exc) from exc
         t3 = time.perf_counter()
         verdict = _stage("check", checks.check, case, ci, goldens, launched)
+        bits = None
+        if baseline:
+            bits = _stage("determinism", determinism.check, baselines or determinism.Baselines(), baseline,
+                          ci.op, launched.outputs, launched.caches, repeat)
         t4 = time.perf_counter()
     except Stage as tagged:
         exc = tagged.exc
@@ -101,6 +108,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         "summary": verdict.summary,
         "report": verdict.report,
         "metrics": {**verdict.metrics, "timings": timings, "golden_cache_hit": hit,
-                    "kernel": loader.origin(case.kernel, case.op)},
+                    "kernel": loader.origin(case.kernel, case.op),
+                    **({"determinism": bits} if bits is not None else {})},
         "duration_s": time.perf_counter() - t0,
     }

@@ -259,7 +259,8 @@ class DeviceWorker:
             spare.stop(force=True)
 
     # -- one case ----------------------------------------------------------------
-    def run(self, case: Case, log_path: Path, repeat: int = 0) -> Result:
+    def run(self, case: Case, log_path: Path, repeat: int = 0, baseline: Path | None = None) -> Result:
+        """Run ``case`` once; ``baseline``: compare its buffers bit for bit with that file (see determinism)."""
         base = case_fields(case, repeat, self.device, log_path)
         try:
             self.ensure(case.env)
@@ -272,7 +273,8 @@ class DeviceWorker:
             self._log_dirs.add(log_path.parent)
         started = time.perf_counter()          # the case's time, not the worker's start-up
         try:
-            self.conn.send(("run", {"case": case.to_wire(), "log": str(log_path)}))
+            self.conn.send(("run", {"case": case.to_wire(), "log": str(log_path), "repeat": repeat,
+                                    "baseline": str(baseline) if baseline else None}))
             answered = self.conn.poll(case.timeout_s)
             message = self.conn.recv() if answered else None
         except (EOFError, OSError):
@@ -287,7 +289,7 @@ class DeviceWorker:
         if payload["status"] == "checked":
             return Result(outcome=Outcome(payload["outcome"]), summary=payload["summary"],
                           report=payload["report"], metrics=payload["metrics"], duration_s=duration, **base)
-        if payload["stage"] in ("inputs", "golden", "check"):
+        if payload["stage"] in ("inputs", "golden", "check", "determinism"):
             cls = Classification(Outcome.HARNESS_ERROR, None,
                                  f"harness failed in {payload['stage']}: {payload['exc_type']}: "
                                  f"{payload['message'].splitlines()[0] if payload['message'] else ''}", False)

@@ -47,6 +47,7 @@ def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtyp
     from goldens.cache import GoldenCache
     from harness.devices import backend as backend_for, parse_device
     from harness.case import Case
+    from harness.determinism import Baselines
     from harness.execute import KernelLoader, execute_case
 
     device = parse_device(device_text)
@@ -58,6 +59,7 @@ def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtyp
         absent, info = f"{type(exc).__name__}: {exc}", {}
     golden_cache = GoldenCache(golden_cache_dir or None)
     loader = KernelLoader()
+    baselines = Baselines()
     conn.send(("ready", {"absent": absent, "info": info, "pid": os.getpid()}))
 
     while True:
@@ -70,7 +72,9 @@ def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtyp
         if name == "run":
             case = Case.from_wire(kwargs["case"])
             with redirected_output(kwargs["log"]):
-                payload = execute_case(case, device, backend, golden_cache, loader, golden_dtype)
+                payload = execute_case(case, device, backend, golden_cache, loader, golden_dtype,
+                                       repeat=kwargs.get("repeat", 0), baseline=kwargs.get("baseline"),
+                                       baselines=baselines)
             conn.send(("result", payload))
 
 

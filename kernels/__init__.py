@@ -32,6 +32,7 @@ BUILTINS: dict[str, dict[str, str]] = {
     "skip_rope": _table("kernels.mutants.skip_rope", _CACHE_WRITERS),
     "stale_kv": _table("kernels.mutants.stale_kv", _ATTENTION_AFTER_WRITE),
     "racy_head": _table("kernels.mutants.racy_head", ALL_OPS),
+    "reduction_order": _table("kernels.mutants.reduction_order", ALL_OPS),
     "hang": _table("kernels.mutants.hang", ALL_OPS),
     "segfault": _table("kernels.mutants.segfault", ALL_OPS),
     # Real faults, for proving the run survives them (issue: classification).

@@ -46,13 +46,14 @@ def summarize(results: Iterable[Result]) -> dict:
     }
 
 
-def write_json(path: str | os.PathLike, results: list[Result], *, started: float, devices: list[str],
-               command: list[str], provenance: dict | None = None) -> None:
-    """Atomic: a reader never sees half a file, a crash never leaves one."""
+def build_document(results: list[Result], *, started: float, devices: list[str], command: list[str],
+                   provenance: dict | None = None, **extra) -> dict:
+    """The report document every format renders: the ``--json`` schema, plus optional keys
+    (``kind``, ``run_id``, ``refs``, ``flake``, ``compare``, ``bisect``, ``shards``, ``warnings``)."""
     doc = {
         "schema": SCHEMA_VERSION,
         "harness_version": __version__,
-        "command": command,
+        "command": list(command),
         "host": socket.gethostname(),
         "started": started,
         "finished": time.time(),
@@ -61,6 +62,19 @@ def write_json(path: str | os.PathLike, results: list[Result], *, started: float
         "results": [_strict(r.to_json()) for r in results],
         "summary": summarize(results),
     }
+    doc.update({k: _strict(v) for k, v in extra.items() if v is not None and k != "summary_extra"})
+    return doc
+
+
+def write_json(path: str | os.PathLike, results: list[Result], *, started: float, devices: list[str],
+               command: list[str], provenance: dict | None = None, **extra) -> None:
+    """Atomic: a reader never sees half a file, a crash never leaves one."""
+    write_document(path, build_document(results, started=started, devices=devices, command=command,
+                                        provenance=provenance, **extra))
+
+
+def write_document(path: str | os.PathLike, doc: dict) -> None:
+    """Write a report document as JSON, atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")

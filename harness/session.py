@@ -1,0 +1,109 @@
+"""One recorded run: plan → store row → engine → results → store, JSON and reports.
+
+``run``, ``flake``, ``compare`` and ``bisect`` are loops over ``execute``: it
+records the run and its planned cases in the store before anything runs,
+writes each result the moment it exists (the store first), and whatever
+happens (an interrupt, a harness bug) finishes the run row and writes the
+requested files with every result computed so far.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from harness.engine import Engine, Planned, RunOptions
+from harness.outcomes import Result
+from harness.provenance import run_provenance
+from harness.reports.json_report import build_document, summarize
+from harness.store import Store, planned_entry
+
+
+@dataclass
+class Outputs:
+    """The files a run writes besides the store (None: not asked for)."""
+
+    json: str | None = None
+    junit: str | None = None
+    markdown: str | None = None
+    html: str | None = None
+
+    def any(self) -> bool:
+        return any((self.json, self.junit, self.markdown, self.html))
+
+
+@dataclass
+class Recorded:
+    run_id: str
+    results: list[Result]
+    provenance: dict
+    started: float
+    devices: list[str]
+    document_extra: dict = field(default_factory=dict)
+
+    @property
+    def summary(self) -> dict:
+        return summarize(self.results)
+
+
+def document(recorded: Recorded, command: list[str] | None = None, **extra: Any) -> dict:
+    """The report document (the ``--json`` format plus ``kind``, ``refs``, ``flake``...)."""
+    return build_document(recorded.results, started=recorded.started, devices=recorded.devices,
+                          command=command or sys.argv, provenance=recorded.provenance,
+                          run_id=recorded.run_id, **{**recorded.document_extra, **extra})
+
+
+def write_outputs(outputs: Outputs, doc: dict) -> list[str]:
+    """Write each asked-for format from one document; returns what was written."""
+    from harness.reports import writers
+    written = []
+    for fmt, path in (("json", outputs.json), ("junit", outputs.junit), ("markdown", outputs.markdown),
+                      ("html", outputs.html)):
+        if path:
+            writers.WRITERS[fmt](path, doc)
+            written.append(path)
+    return written
+
+
+def execute(planned: list[Planned], options: RunOptions, store: Store, *, kind: str = "run",
+            command: list[str] | None = None, parent_id: str | None = None, ref: str | None = None,
+            ref_sha: str | None = None, resumed_from: str | None = None, extra: dict | None = None,
+            on_start: Callable[[Planned, Any], None] | None = None,
+            on_result: Callable[[Planned, Result], None] | None = None,
+            should_run: Callable[[Planned], bool] | None = None,
+            outputs: Outputs | None = None, document_extra: Callable[[Recorded], dict] | None = None,
+            engine: Engine | None = None) -> Recorded:
+    """Run ``planned`` as one stored run and return it (also when interrupted: see module doc)."""
+    started = time.time()
+    devices = [str(d) for d in options.devices]
+    run_info = run_provenance(options.worker.kernel_paths)
+    run_id = store.start_run(
+        command=command or sys.argv, devices=devices, provenance={"run": run_info}, env=run_info["env"],
+        cases=[planned_entry(p.case, p.repeat) for p in planned], kind=kind, parent_id=parent_id, ref=ref,
+        ref_sha=ref_sha, resumed_from=resumed_from, extra=extra)
+    recorded = Recorded(run_id, [], {"run": run_info}, started, devices)
+
+    def record(p: Planned, r: Result) -> None:
+        store.add_result(run_id, r)       # first: committed before anything else can fail
+        recorded.results.append(r)
+        if on_result:
+            on_result(p, r)
+
+    own = engine is None
+    engine = engine or Engine(options)
+    try:
+        ordered = engine.run(planned, on_start=on_start, on_result=record, should_run=should_run)
+        recorded.results = ordered
+    finally:
+        # Whatever happened, what was computed is written.
+        recorded.provenance = {"run": run_info, "devices": {str(w.device): w.info for w in engine.workers}}
+        if own:
+            engine.close()
+        if document_extra:
+            recorded.document_extra = document_extra(recorded)
+        store.finish_run(run_id, {**summarize(recorded.results), **recorded.document_extra.get("summary_extra", {})},
+                         provenance=recorded.provenance)
+        if outputs is not None and outputs.any():
+            write_outputs(outputs, document(recorded, command))
+    return recorded

@@ -1,0 +1,176 @@
+"""Binomial statistics for flake hunts: intervals on a failure rate, and a two-rate test.
+
+Pure Python (``math`` only), exact where it matters:
+
+- ``wilson``: the Wilson score interval (good coverage, never outside [0, 1]).
+- ``clopper_pearson``: the exact interval, by inverting the binomial tail
+  probabilities (bisection on the exact binomial CDF), conservative by
+  construction: it covers the true rate at least ``conf`` of the time.
+- ``zero_failure_bound``: the one-sided exact upper bound after ``n`` clean runs,
+  ``1 - (1 - conf) ** (1 / n)`` ("0 failures in 20 runs: rate <= 14% at 95%").
+- ``runs_needed``: clean runs needed for that bound to reach a rate.
+- ``fisher_exact``: the two-sided Fisher exact test of two failure rates (the
+  sum of the hypergeometric probabilities no larger than the observed one).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+Z_95 = 1.959963984540054
+
+
+def _z(conf: float) -> float:
+    """The two-sided normal quantile for ``conf`` (inverse erf by Newton; 1.96 at 0.95)."""
+    _check_conf(conf)
+    target = conf  # erf(z / sqrt 2) = conf
+    z = Z_95
+    for _ in range(60):
+        f = math.erf(z / math.sqrt(2.0)) - target
+        if abs(f) < 1e-15:
+            break
+        z -= f / (math.sqrt(2.0 / math.pi) * math.exp(-z * z / 2.0))
+    return z
+
+
+def _check_conf(conf: float) -> None:
+    if not 0.0 < conf < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {conf!r}")
+
+
+def _check_counts(k: int, n: int) -> None:
+    if n < 0 or k < 0 or k > n:
+        raise ValueError(f"need 0 <= failures <= runs, got {k} of {n}")
+
+
+def wilson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for ``k`` failures in ``n`` runs; (0, 1) when ``n == 0``."""
+    _check_counts(k, n)
+    if n == 0:
+        return 0.0, 1.0
+    z = _z(conf)
+    phat = k / n
+    denom = 1.0 + z * z / n
+    centre = (phat + z * z / (2 * n)) / denom
+    half = z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / denom
+    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    # exact at the edges (floating point leaves 1e-17 crumbs)
+    return (0.0 if k == 0 else lo), (1.0 if k == n else hi)
+
+
+def _log_pmf(k: int, n: int, p: float) -> float:
+    if p <= 0.0:
+        return 0.0 if k == 0 else -math.inf
+    if p >= 1.0:
+        return 0.0 if k == n else -math.inf
+    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+            + k * math.log(p) + (n - k) * math.log1p(-p))
+
+
+def binom_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), summed exactly in log space."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    terms = [_log_pmf(i, n, p) for i in range(k + 1)]
+    top = max(terms)
+    if top == -math.inf:
+        return 0.0
+    return min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms))
+
+
+def _bisect(f, lo: float, hi: float) -> float:
+    """The root of a function decreasing in p on [lo, hi] (f(lo) >= 0 >= f(hi))."""
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if f(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12:
+            break
+    return (lo + hi) / 2
+
+
+def clopper_pearson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper–Pearson) interval for ``k`` failures in ``n`` runs."""
+    _check_counts(k, n)
+    _check_conf(conf)
+    if n == 0:
+        return 0.0, 1.0
+    alpha = 1.0 - conf
+    # lower: P(X >= k | p) = alpha/2, i.e. 1 - cdf(k-1) = alpha/2; cdf(k-1) falls as p rises
+    lo = 0.0 if k == 0 else _bisect(lambda p: binom_cdf(k - 1, n, p) - (1 - alpha / 2), 0.0, 1.0)
+    # upper: P(X <= k | p) = alpha/2
+    hi = 1.0 if k == n else _bisect(lambda p: binom_cdf(k, n, p) - alpha / 2, 0.0, 1.0)
+    return lo, hi
+
+
+def zero_failure_bound(n: int, conf: float = 0.95) -> float:
+    """One-sided exact upper bound on the failure rate after ``n`` clean runs."""
+    _check_conf(conf)
+    if n <= 0:
+        return 1.0
+    return 1.0 - (1.0 - conf) ** (1.0 / n)
+
+
+def runs_needed(rate: float, conf: float = 0.95) -> int:
+    """Clean runs (in all) for ``zero_failure_bound`` to reach ``rate``."""
+    _check_conf(conf)
+    if not 0.0 < rate < 1.0:
+        raise ValueError(f"rate must be in (0, 1), got {rate!r}")
+    return math.ceil(math.log(1.0 - conf) / math.log1p(-rate) - 1e-9)
+
+
+def _log_hypergeom(a: int, row1: int, row2: int, col1: int) -> float:
+    """log P(top-left cell = a) for a 2x2 table with the given margins."""
+    def log_comb(n: int, k: int) -> float:
+        return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+    return log_comb(row1, a) + log_comb(row2, col1 - a) - log_comb(row1 + row2, col1)
+
+
+def fisher_exact(fail_a: int, runs_a: int, fail_b: int, runs_b: int) -> float:
+    """Two-sided Fisher exact p-value for "A and B fail at the same rate"."""
+    _check_counts(fail_a, runs_a)
+    _check_counts(fail_b, runs_b)
+    col1 = fail_a + fail_b
+    lo, hi = max(0, col1 - runs_b), min(runs_a, col1)
+    if lo == hi:
+        return 1.0
+    logs = {a: _log_hypergeom(a, runs_a, runs_b, col1) for a in range(lo, hi + 1)}
+    observed = logs[fail_a]
+    # relative tolerance: tables as likely as the observed one count (floating-point ties)
+    keep = [v for v in logs.values() if v <= observed + 1e-7 * max(1.0, abs(observed))]
+    top = max(logs.values())
+    total = math.fsum(math.exp(v - top) for v in logs.values())
+    return min(1.0, math.fsum(math.exp(v - top) for v in keep) / total)
+
+
+@dataclass(frozen=True)
+class RateEstimate:
+    """``failures`` of ``runs`` with both intervals, at ``conf``."""
+
+    failures: int
+    runs: int
+    conf: float
+    wilson: tuple[float, float]
+    clopper_pearson: tuple[float, float]
+
+    @property
+    def rate(self) -> float:
+        return self.failures / self.runs if self.runs else math.nan
+
+    @property
+    def upper_one_sided(self) -> float:
+        """The zero-failure bound when clean, else the exact interval's upper end."""
+        return zero_failure_bound(self.runs, self.conf) if self.failures == 0 else self.clopper_pearson[1]
+
+    def to_json(self) -> dict:
+        return {"failures": self.failures, "runs": self.runs, "rate": self.rate if self.runs else None,
+                "conf": self.conf, "wilson": list(self.wilson), "clopper_pearson": list(self.clopper_pearson),
+                "upper_one_sided": self.upper_one_sided}
+
+
+def estimate(failures: int, runs: int, conf: float = 0.95) -> RateEstimate:
+    return RateEstimate(failures, runs, conf, wilson(failures, runs, conf), clopper_pearson(failures, runs, conf))
