@@ -124,7 +124,7 @@ class Baselines:
 
     def save(self, path: str, tensors: dict[str, torch.Tensor], repeat: int) -> None:
         """Atomically; if another process got there first, its file stands."""
-        tensors = {k: v.contiguous() for k, v in tensors.items()}
+        tensors = {k: v.detach().clone().contiguous() for k, v in tensors.items()}   # own memory: safetensors refuses shared storage
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
         os.close(fd)

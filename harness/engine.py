@@ -8,6 +8,8 @@ others.  Callbacks (progress, store) are called under one lock.
 from __future__ import annotations
 
 import queue
+import shutil
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,10 +48,15 @@ class Engine:
         self.options = options
         self.workers = [DeviceWorker(d, options.worker, name=f"w{i}") for i, d in enumerate(options.devices)]
         self._lock = threading.Lock()
+        self._baselines: Path | None = None
+        self._baselines_lock = threading.Lock()
 
     def close(self) -> None:
         for w in self.workers:
             w.close()
+        if self._baselines is not None:   # bit-exact copies of every buffer: can be large, and only this run's
+            shutil.rmtree(self._baselines, ignore_errors=True)
+            self._baselines = None
 
     def __enter__(self) -> "Engine":
         return self
@@ -64,8 +71,12 @@ class Engine:
     def baseline_path(self, case: Case, device: Device) -> Path:
         """Where a fixed-seed hunt keeps the case's first buffers: per case, seed and device
         (two devices need not agree bit for bit; one device with itself must)."""
+        with self._baselines_lock:    # this engine's own: another run's baseline must never be compared with
+            if self._baselines is None:
+                self.options.worker.log_dir.mkdir(parents=True, exist_ok=True)
+                self._baselines = Path(tempfile.mkdtemp(prefix="baselines-", dir=self.options.worker.log_dir))
         stem = log_name(case.case_id, 0).removesuffix(".r0.log")
-        return self.options.worker.log_dir / "baselines" / f"{stem}.s{case.seed}.{str(device).replace(':', '')}.safetensors"
+        return self._baselines / f"{stem}.s{case.seed}.{str(device).replace(':', '')}.safetensors"
 
     def _run_on(self, worker: DeviceWorker, p: Planned) -> Result:
         case, repeat = p.case, p.repeat

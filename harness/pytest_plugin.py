@@ -18,6 +18,7 @@ import pytest
 _ENGINE_KEY = pytest.StashKey[object]()
 _STORE_KEY = pytest.StashKey[object]()        # the open Store, in the process that runs cases
 _RUN_KEY = pytest.StashKey[tuple]()           # (store path, run id), chosen by the controller
+_RESULTS_KEY = pytest.StashKey[list]()        # results of this process's items (the flake summary without a store)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,6 +42,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--store", default=None, metavar="PATH",
                     help="results database (default $HARNESS_STORE or reports/results.sqlite)")
     group.addoption("--no-store", action="store_true", help="do not record case results")
+    group.addoption("--repeat", type=int, default=1, metavar="N",
+                    help="run every case N times (a flake hunt): identical inputs, outputs compared bit for bit "
+                         "with the first iteration; a per-case failure rate is printed at the end")
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
@@ -59,23 +63,32 @@ class CaseFile(pytest.File):
             cases = load_matrix(self.path)
         except MatrixError as exc:
             raise self.CollectError(str(exc)) from None
+        repeat = self.config.getoption("--repeat")
         for case in cases:
-            yield CaseItem.from_parent(self, name=case.case_id, case=case)
+            if repeat == 1:
+                yield CaseItem.from_parent(self, name=case.case_id, case=case)
+            else:
+                for i in range(repeat):
+                    yield CaseItem.from_parent(self, name=f"{case.case_id}@r{i}", case=case, repeat=i)
 
 
 class CaseFailed(Exception):
-    def __init__(self, result):
+    def __init__(self, result, nondeterministic: bool = False):
         super().__init__(result.summary)
         self.result = result
+        self.nondeterministic = nondeterministic
 
 
 class CaseItem(pytest.Item):
-    def __init__(self, *, case, **kwargs):
+    def __init__(self, *, case, repeat: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.case = case
+        self.repeat = repeat            # None: not a repeated run
 
     def runtest(self) -> None:
-        result = _engine(self.config).run_one(self.case)
+        repeated = self.repeat is not None
+        result = _engine(self.config).run_one(self.case, self.repeat or 0, bitwise=repeated)
+        self.config.stash.setdefault(_RESULTS_KEY, []).append(result)
         store, run_id = _store(self.config)
         if store is not None:
             store.add_result(run_id, result, extra={"nodeid": self.nodeid,
@@ -88,12 +101,20 @@ class CaseItem(pytest.Item):
             pytest.skip(result.summary)
         if result.outcome.failed:
             raise CaseFailed(result)
+        det = result.metrics.get("determinism")
+        if isinstance(det, dict) and det.get("identical") is False:
+            raise CaseFailed(result, nondeterministic=True)
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, CaseFailed):
             r = excinfo.value.result
-            lines = [f"{r.label}: {r.summary}"]
-            if r.report:
+            if excinfo.value.nondeterministic:
+                det = r.metrics["determinism"]
+                lines = [f"NONDETERMINISTIC ({r.label}): outputs differ bit for bit from iteration "
+                         f"{det.get('baseline_repeat')} with identical inputs", det.get("report", "")]
+            else:
+                lines = [f"{r.label}: {r.summary}"]
+            if r.report and not excinfo.value.nondeterministic:
                 lines.append(r.report)
             lines.append(f"case defined at {self.case.source}; device {r.device}; log {r.log}")
             return "\n".join(lines)
@@ -160,6 +181,8 @@ def _rules(config: pytest.Config):
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--repeat", 1) < 1:
+        raise pytest.UsageError(f"--repeat must be at least 1, got {config.getoption('--repeat')}")
     if config.getoption("--harness-rules", None):
         from harness.matrix import MatrixError
         try:
@@ -209,8 +232,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     record the run and its planned cases (idempotent across workers) before any case runs."""
     config = session.config
     path_and_id = config.stash.get(_RUN_KEY, None)
-    cases = [item.case for item in session.items if isinstance(item, CaseItem)]
-    if path_and_id is None or not cases:
+    items = [item for item in session.items if isinstance(item, CaseItem)]
+    if path_and_id is None or not items:
         return
     from harness.provenance import run_provenance
     from harness.store import Store, StoreError, planned_entry
@@ -223,7 +246,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     info = run_provenance(tuple(str(Path(p).resolve()) for p in config.getoption("--kernel-path")))
     command = getattr(config, "workerinput", {}).get("mainargv", sys.argv)
     store.start_run(run_id=run_id, kind="pytest", command=list(command), devices=_devices(config),
-                    provenance={"run": info}, env=info["env"], cases=[planned_entry(c) for c in cases],
+                    provenance={"run": info}, env=info["env"],
+                    cases=[planned_entry(i.case, i.repeat or 0) for i in items],
                     extra={"options": {"kernel_paths": sorted(info["kernel_paths"]),
                                        "golden_dtype": config.getoption("--golden-dtype"),
                                        "tier": "all" if config.getoption("--harness-tier") == "all" else "auto"}})
@@ -253,6 +277,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     finally:
         if own:
             store.close()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    """With ``--repeat N``: the flake summary per case (from the store under xdist, where the
+    controller runs no case)."""
+    if config.getoption("--repeat") <= 1 or hasattr(config, "workerinput"):
+        return
+    from harness import flake
+    results = config.stash.get(_RESULTS_KEY, [])
+    path_and_id = config.stash.get(_RUN_KEY, None)
+    if path_and_id is not None and Path(path_and_id[0]).exists():
+        from harness.store import Store
+        with Store(path_and_id[0]) as store:
+            results = store.results(path_and_id[1]) or results
+    if not results:
+        return
+    terminalreporter.section("flake summary")
+    for case_id, s in flake.summarize_hunt(results).items():
+        for line in flake.summary_lines(case_id, s):
+            terminalreporter.write_line(line)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

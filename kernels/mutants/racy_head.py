@@ -8,7 +8,10 @@ default 0.5, read per launch) overwrites one head with garbage: head ``h`` of
 ``query``/``out`` (all rows), or, for ``decode_layers``, one row of ``logits``
 (a row the harness compares: one with ``slot >= 0``, when there is one).
 The random source is the OS (``random.SystemRandom``), never the inputs'
-seed, so repeats of one case differ.
+seed, so repeats of one case differ.  With ``RACY_HEAD_SEED`` set, launch
+number ``i`` of the process draws from ``random.Random(f"{seed}:{i}")``
+instead: the same failure sequence every time, so a test can know exactly
+which iterations fail (``failures(seed, n, p)``) and still see a known rate.
 """
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ from kernels import reference
 from kernels.reference import for_every_op
 
 ENV_VAR = "RACY_HEAD_P"
+SEED_VAR = "RACY_HEAD_SEED"
 DEFAULT_P = 0.5
+_launches = 0
 
 # op -> its main output: the buffer a torn tile lands in
 MAIN_OUTPUT = {
@@ -57,10 +62,22 @@ def tear(op: str, args: dict[str, Any], rng: random.Random) -> None:
     region.copy_(torch.randn(region.shape, generator=noise) * 4.0)
 
 
+def rng_for(launch: int) -> random.Random:
+    seed = os.environ.get(SEED_VAR)
+    return random.SystemRandom() if seed is None else random.Random(f"{seed}:{launch}")
+
+
+def failures(seed: str, n: int, p: float) -> list[int]:
+    """The launches (0-based, per process) that tear a head under ``RACY_HEAD_SEED=seed``."""
+    return [i for i in range(n) if random.Random(f"{seed}:{i}").random() < p]
+
+
 def _launch(op: str, args: dict[str, Any]) -> Any:
+    global _launches
     p = probability()
     result = getattr(reference, op)(**args)
-    rng = random.SystemRandom()
+    rng = rng_for(_launches)
+    _launches += 1
     if rng.random() < p:
         tear(op, args, rng)
     return result
