@@ -95,3 +95,24 @@ def test_pytest_runs_write_one_run_to_the_store_across_xdist_workers(tmp_path, g
         outcomes = sorted(r[0] for r in db.execute("select outcome from results where run_id = ?", (runs[0][0],)))
     assert outcomes == ["MISMATCH", "MISMATCH", "OOB_WRITE", "PASS", "PASS", "PASS"]
     assert json.loads(runs[0][2])["total"] == 6
+
+
+def test_repeat_runs_each_case_n_times_and_prints_the_flake_summary(tmp_path, golden_cache_dir):
+    write_case_file(tmp_path / "cases", "rep.yaml", """\
+        name: rep
+        op: rope_kv_write
+        seq_lens: "const(1)"
+        matrix:
+          kernel: [reference, reduction_order]
+        """)
+    proc = run_pytest("cases", "--repeat", "3", "--golden-cache", str(golden_cache_dir), "--no-store", "-q",
+                      "-rf", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "4 passed" in proc.stdout and "2 failed" in proc.stdout    # iterations 1 and 2 of the jittery kernel
+    assert "FAILED cases/rep.yaml::rep[kernel=reduction_order]@r1 - NONDETERMINISTIC" in proc.stdout
+    assert "flake summary" in proc.stdout
+    assert "rep[kernel=reference]: 3 runs on cpu" in proc.stdout
+    assert "0 failures in 3 runs: failure rate <= 63.2% at 95%" in proc.stdout
+    assert "NONDETERMINISTIC: 2 of 2 iterations differ bitwise" in proc.stdout
+    bad = run_pytest("cases", "--repeat", "0", cwd=tmp_path)
+    assert bad.returncode == 4 and "--repeat must be at least 1" in bad.stderr
