@@ -93,6 +93,7 @@ class Engine:
             should_run: Callable[[Planned], bool] | None = None) -> list[Result]:
         """Run ``planned`` across the devices; results in planned order (those that ran).
 
+        ``on_result`` may return a replacement for the result (as it was recorded).
         ``should_run`` is asked (under the callback lock) as each item is taken: False
         drops it unrun (flake hunts stop a case after K failures, or at a deadline).
         """
@@ -119,8 +120,10 @@ class Engine:
                     result = self._run_on(worker, p)
                     with self._lock:
                         results[p.index] = result
-                        if on_result:
-                            on_result(p, result)
+                        if on_result:   # may return the result as recorded (e.g. with its ref set)
+                            recorded = on_result(p, result)
+                            if isinstance(recorded, Result):
+                                results[p.index] = recorded
                     if self.options.exitfirst and result.outcome.failed:
                         stop.set()
             except BaseException as exc:  # surfaced in the caller's thread

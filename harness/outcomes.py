@@ -77,6 +77,7 @@ class Result:
     log: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     sticky: bool = False                  # the worker must be replaced before the next case
+    ref: str | None = None                # the kernel-library ref it ran on (compare, bisect), else None
 
     @property
     def label(self) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from harness.engine import Engine, Planned, RunOptions
@@ -84,11 +84,14 @@ def execute(planned: list[Planned], options: RunOptions, store: Store, *, kind: 
         ref_sha=ref_sha, resumed_from=resumed_from, extra=extra)
     recorded = Recorded(run_id, [], {"run": run_info}, started, devices)
 
-    def record(p: Planned, r: Result) -> None:
+    def record(p: Planned, r: Result) -> Result:
+        if ref is not None:
+            r = replace(r, ref=ref)
         store.add_result(run_id, r)       # first: committed before anything else can fail
         recorded.results.append(r)
         if on_result:
             on_result(p, r)
+        return r
 
     own = engine is None
     engine = engine or Engine(options)

@@ -417,6 +417,26 @@ class Store:
             "UPDATE runs SET finished = ?, summary = ?, provenance = COALESCE(?, provenance) WHERE run_id = ?",
             (time.time(), _dumps(summary), None if provenance is None else _dumps(provenance), run_id)))
 
+    def update_extra(self, run_id: str, updates: dict) -> None:
+        """Merge ``updates`` into the run's ``extra`` in one transaction (a bisect saves its state
+        here after every step, so ``--resume`` continues where it stopped)."""
+        def merge(conn: sqlite3.Connection) -> None:
+            row = conn.execute("SELECT extra FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"store {self.path}: no run {run_id} to update")
+            try:
+                extra = json.loads(row[0] or "{}")
+            except ValueError:
+                extra = {}
+            extra.update(updates)
+            conn.execute("UPDATE runs SET extra = ? WHERE run_id = ?", (_dumps(extra), run_id))
+        self._writing("cannot update the run", merge)
+
+    def children(self, parent_id: str) -> list[dict]:
+        """Runs grouped under ``parent_id`` (compare and bisect steps), oldest first."""
+        rows = self._query(f"{self._RUN_SELECT} WHERE r.parent_id = ? ORDER BY r.started, r.run_id", (parent_id,))
+        return [run for run in map(self._decode_run, rows) if run is not None]
+
     # -- reading ----------------------------------------------------------
     _RUN_SELECT = ("SELECT r.*, (SELECT COUNT(*) FROM results x WHERE x.run_id = r.run_id) AS n_results, "
                    "(SELECT COUNT(*) FROM planned p WHERE p.run_id = r.run_id) AS n_planned FROM runs r")

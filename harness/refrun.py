@@ -1,0 +1,154 @@
+"""Run cases on a kernel-library ref: worktree, environment, build, then the usual engine run.
+
+Compare and bisect hold everything fixed (harness, goldens, cases) and switch only
+the kernel library's checkout.  ``RefRunner.prepare`` materialises a commit as a
+cached worktree (``harness.refs``), expands the ``--env`` templates against it and
+runs the ``--build`` command once; ``RefRunner.run`` runs planned cases on it in
+fresh device workers whose environment is the ref's (a new ``Engine`` per ref:
+workers never outlive the environment they were started with).  A ref whose
+build failed gets a ``BUILD_ERROR`` result per planned case, recorded like any
+other, so tables and the store show it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from harness import refs
+from harness.engine import Planned, RunOptions
+from harness.outcomes import Outcome, Result
+from harness.pool import case_fields
+from harness.provenance import run_provenance
+from harness.reports.json_report import summarize
+from harness.session import Recorded, execute
+from harness.store import Store, planned_entry
+
+DEFAULT_ENV = ("PYTHONPATH={worktree}:{PYTHONPATH}",)
+DEFAULT_BUILD_TIMEOUT_S = 1800.0
+
+
+@dataclass(frozen=True)
+class RefSetup:
+    """How every ref of a session is turned into a runnable checkout (from the CLI flags)."""
+
+    repo: Path
+    env_templates: tuple[str, ...] = DEFAULT_ENV
+    build: str | None = None
+    build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
+    cache_dir: str | None = None
+
+
+@dataclass
+class PreparedRef:
+    name: str
+    commit: refs.Commit
+    worktree: refs.Worktree
+    env: dict[str, str]                 # the variables the templates set (merged over the base env)
+    build: refs.BuildResult | None
+
+    @property
+    def ok(self) -> bool:
+        return self.build is None or self.build.ok
+
+    @property
+    def provenance(self) -> dict:
+        doc = refs.ref_provenance(self.name, self.commit, self.build, worktree=self.worktree.path)
+        doc["env"] = dict(self.env)
+        return doc
+
+
+def safe_dir_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", name)[:80] or "ref"
+
+
+class RefRunner:
+    """Prepares refs of one repository and runs planned cases on them."""
+
+    def __init__(self, setup: RefSetup, base: RunOptions, store: Store, *,
+                 worktrees: refs.Worktrees | None = None):
+        self.setup = setup
+        self.base = base
+        self.store = store
+        self.worktrees = worktrees or refs.Worktrees(setup.repo, setup.cache_dir)
+
+    def close(self) -> None:
+        self.worktrees.close()
+
+    def __enter__(self) -> "RefRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def resolve(self, name: str, rev: str) -> refs.Commit:
+        return refs.resolve(self.setup.repo, rev, name=name)
+
+    def prepare(self, name: str, commit: refs.Commit) -> PreparedRef:
+        worktree = self.worktrees.materialize(commit)
+        base_env = dict(self.base.worker.base_env)
+        env = refs.expand_env(self.setup.env_templates, worktree=worktree.path, sha=commit.sha, name=name,
+                              base_env=base_env)
+        build = None
+        if self.setup.build:
+            log = self.base.worker.log_dir / "builds" / f"{safe_dir_name(name)}-{commit.short}.log"
+            build = self.worktrees.build(worktree, self.setup.build, log, {**base_env, **env},
+                                         self.setup.build_timeout_s)
+        return PreparedRef(name, commit, worktree, env, build)
+
+    def options_for(self, ref: PreparedRef) -> RunOptions:
+        worker = replace(self.base.worker, base_env={**self.base.worker.base_env, **ref.env},
+                         log_dir=self.base.worker.log_dir / safe_dir_name(f"{ref.name}-{ref.commit.short}"))
+        return replace(self.base, worker=worker)
+
+    def run(self, ref: PreparedRef, planned: list[Planned], *, kind: str, parent_id: str | None,
+            command: list[str], on_start: Callable | None = None,
+            on_result: Callable[[Planned, Result], None] | None = None,
+            should_run: Callable[[Planned], bool] | None = None, extra: dict | None = None) -> Recorded:
+        """One stored run of ``planned`` on ``ref`` (``BUILD_ERROR`` for each case when its build failed)."""
+        extra = {**(extra or {}), "ref": ref.provenance}
+        if not ref.ok:
+            return self._build_failed(ref, planned, kind=kind, parent_id=parent_id, command=command,
+                                      on_result=on_result, extra=extra)
+        return execute(planned, self.options_for(ref), self.store, kind=kind, command=command, parent_id=parent_id,
+                       ref=ref.name, ref_sha=ref.commit.sha, extra=extra, on_start=on_start, on_result=on_result,
+                       should_run=should_run)
+
+    def _build_failed(self, ref: PreparedRef, planned: list[Planned], *, kind: str, parent_id: str | None,
+                      command: list[str], on_result, extra: dict) -> Recorded:
+        build = ref.build
+        why = "timed out" if build.timed_out else f"exited {build.returncode}"
+        summary = f"build of {ref.name} ({ref.commit.short}) {why}: {self.setup.build} (log {build.log_path})"
+        tail = _tail(build.log_path)
+        run_info = run_provenance(self.base.worker.kernel_paths)
+        devices = [str(d) for d in self.base.devices]
+        run_id = self.store.start_run(command=command, devices=devices, provenance={"run": run_info},
+                                      env=run_info["env"], cases=[planned_entry(p.case, p.repeat) for p in planned],
+                                      kind=kind, parent_id=parent_id, ref=ref.name, ref_sha=ref.commit.sha,
+                                      extra=extra)
+        recorded = Recorded(run_id, [], {"run": run_info}, time.time(), devices)
+        for p in planned:
+            r = Result(outcome=Outcome.BUILD_ERROR, summary=summary, report=tail, ref=ref.name,
+                       metrics={"build": ref.provenance["build"]},
+                       **case_fields(p.case, p.repeat, self.base.devices[0], None))
+            r = replace(r, log=str(build.log_path))
+            self.store.add_result(run_id, r)
+            recorded.results.append(r)
+            if on_result:
+                on_result(p, r)
+        self.store.finish_run(run_id, summarize(recorded.results))
+        return recorded
+
+
+def _tail(path: Path, limit: int = 4000) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -1,0 +1,199 @@
+"""Generated kernel-library git repositories for tests (importable as `gitrepo`).
+
+``make_kernel_repo(path, ...)`` writes a repository whose commits hold a small
+package ``kpkg`` under ``python/`` (so a worker needs ``{worktree}/python`` on
+its PYTHONPATH) with one kernel, ``kpkg.kernel:rope_kv_write``, that wraps the
+harness's reference kernel.  From the culprit commit on, each call corrupts one
+head of ``query`` with probability ``fail_p``, drawn from
+``random.Random(f"{seed}:{call}")`` where ``seed`` is ``$KPKG_FLAKE_SEED`` (default:
+the generator's ``seed``) and ``call`` counts the calls made in the process, so a
+run is reproducible.  Every commit changes something harmless (the version
+string, a CHANGELOG line).  Optional: a commit whose ``build.sh`` fails (fixed by
+the next one) and a commit whose kernel raises (a failure other than the flake).
+
+Names, dates and config are fixed, so the same arguments give the same shas.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KERNEL = "kpkg.kernel:rope_kv_write"
+BUILD_CMD = "sh build.sh"
+SEED_ENV = "KPKG_FLAKE_SEED"
+BUILD_STAMP = "build-stamp.txt"      # build.sh appends a line per run (untracked)
+RAISE_TEXT = "kpkg: unsupported query layout"
+EPOCH = 1_704_067_200                # 2024-01-01T00:00:00Z
+_IDENTITY = {"GIT_AUTHOR_NAME": "Kernel Dev", "GIT_AUTHOR_EMAIL": "dev@kpkg.invalid",
+             "GIT_COMMITTER_NAME": "Kernel Dev", "GIT_COMMITTER_EMAIL": "dev@kpkg.invalid"}
+
+
+def git_env(when: int | None = None) -> dict[str, str]:
+    """An environment for git that ignores the user's and system's config (hooks, signing, ...)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(_IDENTITY, GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1", LC_ALL="C")
+    if when is not None:
+        env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = f"{when} +0000"
+    return env
+
+
+def git(repo: Path, *args: str, when: int | None = None) -> str:
+    """Run git in ``repo`` with the isolated environment; its stdout, stripped."""
+    proc = subprocess.run(["git", *args], cwd=repo, env=git_env(when), capture_output=True, text=True,
+                          timeout=60, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} in {repo}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def init_repo(path: Path, branch: str = "main") -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "--quiet", f"--initial-branch={branch}")
+    return path
+
+
+def commit_files(repo: Path, files: dict[str, str], message: str, index: int) -> str:
+    """Write ``files`` (path → text), commit them all at date EPOCH + index minutes; the new sha."""
+    for rel, text in files.items():
+        target = repo / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, newline="\n")
+    git(repo, "add", "--", *files)
+    git(repo, "commit", "--quiet", "--no-verify", "--allow-empty", "-m", message, when=EPOCH + 60 * index)
+    return git(repo, "rev-parse", "HEAD")
+
+
+# -- the package's files, per commit -----------------------------------------------
+
+def _init_py(version: str) -> str:
+    return f'"""kpkg: a generated kernel library for the harness\'s tests."""\n__version__ = "{version}"\n'
+
+
+_KERNEL_HEAD = '''\
+"""kpkg kernels: rope_kv_write wrapping the harness's reference kernel."""
+from __future__ import annotations
+
+import os
+import random
+
+from kernels import reference
+from kernels.reference import with_op_signature
+
+SEED_ENV = "{seed_env}"
+DEFAULT_SEED = "{seed}"
+FAIL_P = {fail_p!r}
+FLAKY = {flaky!r}
+RAISES = {raises!r}
+_calls = 0
+
+
+def flake_seed() -> str:
+    return os.environ.get(SEED_ENV, DEFAULT_SEED)
+
+
+def corrupts(call: int) -> bool:
+    """Whether call number ``call`` of this process corrupts its output."""
+    return FLAKY and random.Random(f"{{flake_seed()}}:{{call}}").random() < FAIL_P
+
+
+def _launch(op, args):
+    global _calls
+    call, _calls = _calls, _calls + 1
+    if RAISES:
+        raise RuntimeError("{raise_text}")
+    result = reference.rope_kv_write(**args)
+    if corrupts(call):
+        query = args["query"]                     # [rows, heads, D]
+        query[:, call % query.shape[1]].fill_(3.0)
+    return result
+
+
+rope_kv_write = with_op_signature("rope_kv_write", _launch)
+'''
+
+_BUILD_OK = f'#!/bin/sh\n# build kpkg (nothing to compile; records that it ran)\necho built >> {BUILD_STAMP}\n'
+_BUILD_BROKEN = '#!/bin/sh\necho "kpkg build: missing header kpkg_ops.h" >&2\nexit 3\n'
+
+
+def case_yaml(name: str = "kpkg-rope", kernel: str = KERNEL, seed: int = 0) -> str:
+    """A one-case matrix for the generated kernel, tiny enough to run well under a second on the CPU."""
+    return textwrap.dedent(f"""\
+        name: {name}
+        op: rope_kv_write
+        kernel: "{kernel}"
+        geometry: tiny
+        batch: 4
+        seq_lens: "const(1)"
+        slot_mode: arange
+        seed: {seed}
+        timeout_s: 120
+        """)
+
+
+@dataclass(frozen=True)
+class RepoInfo:
+    path: Path
+    shas: list[str]                       # oldest first
+    culprit: int | None                   # index of the first flaky commit
+    broken_build: int | None              # index of the commit whose build.sh fails
+    raises: int | None                    # index of the commit whose kernel raises
+    fail_p: float
+    seed: int
+    kernel: str = KERNEL
+    build_cmd: str = BUILD_CMD
+    seed_env: str = SEED_ENV
+    case_yaml: str = field(default_factory=case_yaml)
+
+    @property
+    def culprit_sha(self) -> str | None:
+        return None if self.culprit is None else self.shas[self.culprit]
+
+    @property
+    def broken_build_sha(self) -> str | None:
+        return None if self.broken_build is None else self.shas[self.broken_build]
+
+    @property
+    def raises_sha(self) -> str | None:
+        return None if self.raises is None else self.shas[self.raises]
+
+    @property
+    def head(self) -> str:
+        return self.shas[-1]
+
+
+def make_kernel_repo(path: str | os.PathLike[str], n_commits: int = 32, culprit: int | None = None,
+                     fail_p: float = 0.5, broken_build: int | None = None, raises: int | None = None,
+                     seed: int = 0) -> RepoInfo:
+    """A repository of ``n_commits`` commits on ``main`` (see the module docstring)."""
+    if n_commits < 1:
+        raise ValueError("n_commits must be >= 1")
+    for what, index in (("culprit", culprit), ("broken_build", broken_build), ("raises", raises)):
+        if index is not None and not 0 <= index < n_commits:
+            raise ValueError(f"{what}={index}: outside 0..{n_commits - 1}")
+    repo = init_repo(Path(path))
+    changelog = ["# kpkg changelog", ""]
+    shas: list[str] = []
+    for i in range(n_commits):
+        flaky = culprit is not None and i >= culprit
+        is_raise = raises is not None and i == raises
+        version = f"0.{seed}.{i}"
+        changelog.append(f"- {version}: {'reorder query tiles' if i == culprit else f'housekeeping {i}'}")
+        files = {
+            "python/kpkg/__init__.py": _init_py(version),
+            "python/kpkg/kernel.py": _KERNEL_HEAD.format(seed_env=SEED_ENV, seed=seed, fail_p=float(fail_p),
+                                                         flaky=flaky, raises=is_raise, raise_text=RAISE_TEXT),
+            "build.sh": _BUILD_BROKEN if i == broken_build else _BUILD_OK,
+            "CHANGELOG.md": "\n".join(changelog) + "\n",
+        }
+        if i == 0:
+            files[".gitignore"] = f"{BUILD_STAMP}\n__pycache__/\n"
+        subject = ("kpkg: reorder query tiles for the fused write" if i == culprit
+                   else "build: require kpkg_ops.h" if i == broken_build
+                   else "kernel: strict query layout" if is_raise
+                   else f"kpkg {version}: housekeeping")
+        shas.append(commit_files(repo, files, subject, i))
+    return RepoInfo(path=repo, shas=shas, culprit=culprit, broken_build=broken_build, raises=raises,
+                    fail_p=float(fail_p), seed=seed)
