@@ -6,26 +6,32 @@ failed, 2 bad usage or bad case files, 3 the harness itself broke.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
 import secrets
 import sys
 import tempfile
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from harness import __version__
 from harness.case import Case
 from harness.classify import default_rules
 from harness.devices import DeviceError, parse_device, parse_device_list
-from harness import flake
+from harness import flake, refcompare, refs
 from harness.engine import Planned, RunOptions
 from harness.flake import SEED_MODES, HuntOptions
 from harness.matrix import MatrixError, load_paths, select
 from harness.outcomes import Outcome, Result
 from harness.pool import WorkerOptions
 from harness.reports.terminal import Reporter
-from harness.session import Outputs, execute
+from harness.provenance import run_provenance
+from harness.refrun import DEFAULT_ENV, RefRunner, RefSetup
+from harness.reports.json_report import build_document, summarize
+from harness.session import Outputs, execute, write_outputs
 from harness.store import DEFAULT_STORE, MemoryStore, Store, StoreError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -117,11 +123,37 @@ def build_parser() -> argparse.ArgumentParser:
                          help="compare two stored hunts (run ids, or --json files): failure-rate change per "
                               "case with a Fisher exact test; runs nothing")
 
+    p_cmp = sub.add_parser("compare", help="the same cases x N on several kernel-library refs, as a PR table")
+    _add_selection(p_cmp)
+    _add_execution(p_cmp)
+    _add_refs(p_cmp)
+    p_cmp.add_argument("--ref", dest="refs", action="append", default=[], metavar="NAME=REV",
+                       help="a ref to run (sha, branch, tag, remote ref of a fork); repeat; the first is the "
+                            "baseline, the last the candidate")
+    p_cmp.add_argument("--repeat", type=_int_arg("--repeat"), default=5, help="runs per case per ref (default 5)")
+
     p_hist = sub.add_parser("history", help="a case's results across stored runs")
     p_hist.add_argument("pattern", help="case id: a glob with * and ?, else a substring")
     p_hist.add_argument("--limit", type=int, default=50, help="newest N rows (default 50)")
     _add_store(p_hist)
     return parser
+
+
+def _add_refs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repo", required=True, metavar="PATH", help="the kernel library's git repository")
+    p.add_argument("--env", dest="env_templates", action="append", default=None, metavar="KEY=TEMPLATE",
+                   help="per-ref environment, e.g. 'PYTHONPATH={worktree}/python:{PYTHONPATH}' or "
+                        "'PYPTO_ROOT={worktree}' (repeatable; default 'PYTHONPATH={worktree}:{PYTHONPATH}')")
+    p.add_argument("--build", default=None, metavar="CMD", help="run in each ref's worktree before its cases "
+                   "(once per commit; a failing build is BUILD_ERROR for that ref)")
+    p.add_argument("--build-timeout", type=float, default=1800.0, metavar="S", help="default 1800 s")
+    p.add_argument("--worktree-cache", default=None, metavar="DIR",
+                   help="where refs are checked out (default $HARNESS_WORKTREE_CACHE or ~/.cache/harness/worktrees)")
+
+
+def _ref_setup(args) -> RefSetup:
+    return RefSetup(repo=Path(args.repo), env_templates=tuple(args.env_templates or DEFAULT_ENV), build=args.build,
+                    build_timeout_s=args.build_timeout, cache_dir=args.worktree_cache)
 
 
 def _int_arg(flag: str):
@@ -286,15 +318,21 @@ def cmd_flake(args) -> int:
         return _flake(args, options, store)
 
 
+@contextlib.contextmanager
+def _session_golden_cache(args):
+    """The golden cache directory of a multi-run session: the usual one, or with --no-golden-cache
+    a temporary one for this session only (each distinct golden is still computed once)."""
+    if not args.no_golden_cache:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="harness-goldens-") as tmp:
+        yield tmp
+
+
 def _flake(args, options: HuntOptions, store: Store) -> int:
     cases = _load(args)
     devices = _devices(args)
-    golden_tmp = None
-    golden_cache = None
-    if args.no_golden_cache:   # still one golden per distinct input: a cache for this hunt only
-        golden_tmp = tempfile.TemporaryDirectory(prefix="harness-goldens-")
-        golden_cache = golden_tmp.name
-    try:
+    with _session_golden_cache(args) as golden_cache:
         run = run_options(args, devices, golden_cache=golden_cache)
         planned = flake.plan(cases, options)
         rules = flake.StopRules(options)
@@ -322,9 +360,6 @@ def _flake(args, options: HuntOptions, store: Store) -> int:
                        "log_dir": str(run.worker.log_dir)},
                 on_start=lambda p, w: reporter.started(f"{p.case.case_id} iter {p.repeat}", str(w.device)),
                 on_result=on_result, should_run=rules.should_run, outputs=_outputs(args), document_extra=extra_doc)
-    finally:
-        if golden_tmp is not None:
-            golden_tmp.cleanup()
     summaries = recorded.document_extra["flake"]
     for case_id, s in summaries.items():
         for line in flake.summary_lines(case_id, s):
@@ -381,6 +416,84 @@ def _flake_compare(args) -> int:
     return EXIT_FAILED if any(r["verdict"] == "regressed" for r in rows) else EXIT_OK
 
 
+# -- compare ------------------------------------------------------------------------
+
+def cmd_compare(args) -> int:
+    _devices(args)
+    named = refs.parse_ref_args(args.refs)
+    if not named:
+        raise UsageError("compare needs at least one --ref NAME=REV (two to compare)")
+    with _open_store(args) as store:
+        return _compare(args, named, store)
+
+
+def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
+    cases = _load(args)
+    devices = _devices(args)
+    setup = _ref_setup(args)
+    with _session_golden_cache(args) as golden_cache, \
+            RefRunner(setup, run_options(args, devices, golden_cache=golden_cache), store) as runner:
+        commits = [(name, runner.resolve(name, rev)) for name, rev in named]    # every ref resolves, or exit 2
+        names = [name for name, _ in commits]
+        parent = store.start_run(command=sys.argv, devices=[str(d) for d in devices], kind="compare",
+                                 extra={"refs": [{"name": n, "sha": c.sha, "subject": c.subject} for n, c in commits],
+                                        "repeat": args.repeat, "cases": [c.case_id for c in cases]})
+        planned = flake.plan(cases, HuntOptions(repeat=args.repeat))
+        planned = [replace(p, bitwise=False) for p in planned]
+        results: list[Result] = []
+        provenance: list[dict] = []
+        started = time.time()
+        for name, commit in commits:
+            prepared = runner.prepare(name, commit)
+            provenance.append(prepared.provenance)
+            state = "built" if prepared.build and prepared.ok else "BUILD FAILED" if not prepared.ok else "ready"
+            print(f"== {name} {commit.short} {commit.subject}  [{state}]", flush=True)
+            reporter = Reporter(total=len(planned), plain=_plain(args),
+                                line=lambda r: f"  {name}: " + flake.iteration_line(r, True))
+            with reporter:
+                recorded = runner.run(prepared, planned, kind="compare-ref", parent_id=parent, command=sys.argv,
+                                      on_start=lambda p, w: reporter.started(p.case.case_id, str(w.device)),
+                                      on_result=lambda p, r: reporter.finished(r))
+            results.extend(recorded.results)
+            store.update_extra(parent, {"done": [*store.run(parent)["extra"].get("done", []), name]})
+    rows = refcompare.table(results, names)
+    _print_compare(rows, commits, args.repeat)
+    summary = summarize(results)
+    store.finish_run(parent, {**summary, "compare": [{k: r[k] for k in ("case_id", "cells", "verdict", "p_value")}
+                                                     for r in rows]})
+    doc = build_document(results, started=started, devices=[str(d) for d in devices], command=sys.argv,
+                         provenance={"run": run_provenance(), "refs": provenance}, run_id=parent, kind="compare",
+                         refs=[{"name": p["name"], "sha": p["sha"], "subject": p["subject"], "build": p["build"]}
+                               for p in provenance],
+                         compare=rows)
+    for path in write_outputs(_outputs(args), doc):
+        print(f"wrote {path}")
+    if not args.no_store:
+        print(f"compare {parent} stored in {store.path}")
+    last = names[-1]
+    candidate_failed = any(r.outcome.failed for r in results if r.ref == last)
+    regressed = any(r["verdict"] == "regressed" for r in rows)
+    return EXIT_FAILED if candidate_failed or regressed else EXIT_OK
+
+
+def _print_compare(rows: list[dict], commits, repeat: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+    names = [n for n, _ in commits]
+    t = Table(title=f"{repeat} run{'s' * (repeat != 1)} per case per ref", show_lines=False)
+    t.add_column("case", overflow="fold")
+    for name, commit in commits:
+        t.add_column(f"{name} {commit.short[:7]}", overflow="fold")
+    if len(names) > 1:
+        t.add_column("verdict", overflow="fold")
+    for r in rows:
+        cells = [Text(r["cells"][n]) for n in names]
+        verdict = [Text(refcompare.verdict_detail(r, names))] if len(names) > 1 else []
+        t.add_row(Text(r["case_id"]), *cells, *verdict)
+    Console(highlight=False, width=200 if not sys.stdout.isatty() else None).print(t)
+
+
 # -- history ----------------------------------------------------------------------
 
 def cmd_history(args) -> int:
@@ -406,7 +519,7 @@ def cmd_history(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"list": cmd_list, "run": cmd_run, "flake": cmd_flake, "history": cmd_history}
+COMMANDS = {"list": cmd_list, "run": cmd_run, "flake": cmd_flake, "compare": cmd_compare, "history": cmd_history}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -414,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (MatrixError, DeviceError, UsageError) as exc:
+    except (MatrixError, DeviceError, UsageError, refs.RefError) as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except StoreError as exc:  # the store failed mid-run (disk full, ...): not a harness bug
