@@ -23,12 +23,14 @@ from harness.classify import default_rules
 from harness.devices import DeviceError, parse_device, parse_device_list
 from harness import flake, refcompare, refs
 from harness.engine import Planned, RunOptions
+from harness.bisect import CLEAN, SIGHTED, BisectError, BisectState, Signature, SignatureError, observe, render_report
+from harness.bisect_search import FlakyBisect
 from harness.flake import SEED_MODES, HuntOptions
 from harness.matrix import MatrixError, load_paths, select
 from harness.outcomes import Outcome, Result
 from harness.pool import WorkerOptions
 from harness.reports.terminal import Reporter
-from harness.provenance import run_provenance
+from harness.provenance import git_revision, run_provenance
 from harness.refrun import DEFAULT_ENV, RefRunner, RefSetup
 from harness.reports.json_report import build_document, summarize
 from harness.session import Outputs, execute, write_outputs
@@ -132,6 +134,33 @@ def build_parser() -> argparse.ArgumentParser:
                             "baseline, the last the candidate")
     p_cmp.add_argument("--repeat", type=_int_arg("--repeat"), default=5, help="runs per case per ref (default 5)")
 
+    p_bis = sub.add_parser("bisect", help="the first commit of the kernel library that shows a failure, "
+                                          "even when it reproduces only sometimes")
+    _add_selection(p_bis)
+    _add_execution(p_bis)
+    _add_refs(p_bis)
+    p_bis.add_argument("--good", default=None, metavar="REV", help="a commit without the failure")
+    p_bis.add_argument("--bad", default=None, metavar="REV", help="a commit with it")
+    p_bis.add_argument("--signature", default=None, metavar="OUTCOME[:CODE]",
+                       help="the failure to look for (MISMATCH, DEVICE_FAULT:507018, FAIL_507018, CRASH:SIGSEGV); "
+                            "default: the first failure seen at the bad commit")
+    p_bis.add_argument("--confidence", type=float, default=0.99, help="stop when one commit holds this posterior")
+    p_bis.add_argument("--first-parent", action="store_true", help="follow only first parents (merge-heavy history)")
+    p_bis.add_argument("--max-runs", type=_int_arg("--max-runs"), default=300, help="run budget (default 300)")
+    p_bis.add_argument("--resume", default=None, metavar="BISECT_ID",
+                       help="continue a stored bisect (its cases, refs and options come from the store)")
+
+    p_brun = sub.add_parser("bisect-run", help="for `git bisect run`: exit 0 good, 1 bad, 125 skip, nothing else")
+    _add_selection(p_brun)
+    _add_execution(p_brun)
+    p_brun.add_argument("--signature", default=None, metavar="OUTCOME[:CODE]",
+                        help="bad only when this failure shows (other failures: skip); default: any failure is bad")
+    p_brun.add_argument("--repeat", type=_int_arg("--repeat"), default=1,
+                        help="runs per case; bad if the signature shows in any (for flaky failures)")
+    p_brun.add_argument("--build", default=None, metavar="CMD", help="run first in the current directory; "
+                        "a failing build is a skip (125)")
+    p_brun.add_argument("--build-timeout", type=float, default=1800.0, metavar="S")
+
     p_hist = sub.add_parser("history", help="a case's results across stored runs")
     p_hist.add_argument("pattern", help="case id: a glob with * and ?, else a substring")
     p_hist.add_argument("--limit", type=int, default=50, help="newest N rows (default 50)")
@@ -140,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_refs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repo", required=True, metavar="PATH", help="the kernel library's git repository")
+    p.add_argument("--repo", default=None, metavar="PATH", help="the kernel library's git repository")
     p.add_argument("--env", dest="env_templates", action="append", default=None, metavar="KEY=TEMPLATE",
                    help="per-ref environment, e.g. 'PYTHONPATH={worktree}/python:{PYTHONPATH}' or "
                         "'PYPTO_ROOT={worktree}' (repeatable; default 'PYTHONPATH={worktree}:{PYTHONPATH}')")
@@ -494,6 +523,161 @@ def _print_compare(rows: list[dict], commits, repeat: int) -> None:
     Console(highlight=False, width=200 if not sys.stdout.isatty() else None).print(t)
 
 
+# -- bisect -------------------------------------------------------------------------
+
+def cmd_bisect(args) -> int:
+    _devices(args)
+    if not 0 < args.confidence < 1:
+        raise UsageError(f"--confidence must be in (0, 1), got {args.confidence}")
+    if args.resume:
+        if args.no_store:
+            raise UsageError("--resume needs the store the bisect was recorded in (drop --no-store)")
+    else:
+        missing = [flag for flag, value in (("--repo", args.repo), ("--good", args.good), ("--bad", args.bad))
+                   if not value]
+        if missing:
+            raise UsageError(f"bisect needs {', '.join(missing)} (or --resume BISECT_ID)")
+        refs.parse_ref_arg(args.good)     # a rev starting with '-' is refused before git sees it
+        refs.parse_ref_arg(args.bad)
+    signature = None
+    if args.signature:
+        try:
+            signature = Signature.parse(args.signature)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    with _open_store(args) as store:
+        return _bisect(args, signature, store)
+
+
+def _bisect(args, signature, store: Store) -> int:
+    if args.resume:
+        parent, saved, cases, state = _bisect_resume(args, store)
+        devices = [parse_device(d) for d in saved["devices"]]
+        setup = RefSetup(repo=Path(saved["repo"]), env_templates=tuple(saved["env_templates"]),
+                         build=saved["build"], build_timeout_s=saved["build_timeout_s"],
+                         cache_dir=saved["worktree_cache"])
+        args.tier = saved["tier"]
+        kernel_paths, golden_dtype = saved["kernel_paths"], saved["golden_dtype"]
+    else:
+        cases = _load(args)
+        devices = _devices(args)
+        setup = _ref_setup(args)
+        kernel_paths, golden_dtype = [str(Path(p).resolve()) for p in args.kernel_path], args.golden_dtype
+    with _session_golden_cache(args) as golden_cache:
+        options = run_options(args, devices, golden_cache=golden_cache, kernel_paths=kernel_paths,
+                              golden_dtype=golden_dtype)
+        with RefRunner(setup, options, store) as runner:
+            if not args.resume:
+                good, bad = runner.resolve("good", args.good), runner.resolve("bad", args.bad)
+                between = refs.commits_between(setup.repo, good, bad, first_parent=args.first_parent)
+                if not between:
+                    raise UsageError(f"--good {args.good} and --bad {args.bad} are the same commit: nothing to bisect")
+                state = BisectState([good, *between], FlakyBisect(len(between), confidence=args.confidence,
+                                                                  max_runs=args.max_runs), signature)
+                saved = {"repo": str(setup.repo.resolve()), "env_templates": list(setup.env_templates),
+                         "build": setup.build, "build_timeout_s": setup.build_timeout_s,
+                         "worktree_cache": setup.cache_dir, "devices": [str(d) for d in devices], "tier": args.tier,
+                         "kernel_paths": kernel_paths, "golden_dtype": golden_dtype,
+                         "cases": [c.to_wire() for c in cases], "good": args.good, "bad": args.bad,
+                         "first_parent": args.first_parent}
+                parent = store.start_run(command=sys.argv, devices=saved["devices"], kind="bisect",
+                                         ref=f"{good.short}..{bad.short}", ref_sha=bad.sha,
+                                         extra={"bisect": {"options": saved, "state": state.to_dict()}})
+                print(f"bisect {parent}: {state.n} commits after {good.short} up to {bad.short}; signature "
+                      f"{state.signature or 'the first failure at the bad commit'}; confidence {args.confidence}")
+            results = _bisect_loop(args, runner, store, parent, saved, cases, state)
+    report = state.report()
+    for line in render_report(state, report):
+        print(line)
+    store.finish_run(parent, {**summarize(results), "bisect": report})
+    doc = build_document(results, started=time.time(), devices=saved["devices"], command=sys.argv,
+                         provenance={"run": run_provenance()}, run_id=parent, kind="bisect", bisect=report,
+                         refs=[{"name": "good", "sha": state.commits[0].sha, "subject": state.commits[0].subject},
+                               {"name": "bad", "sha": state.commits[-1].sha, "subject": state.commits[-1].subject}])
+    for path in write_outputs(_outputs(args), doc):
+        print(f"wrote {path}")
+    if not args.no_store:
+        print(f"bisect {parent} stored in {store.path} (resume with --resume {parent})")
+    return EXIT_OK if report["verdict"] in ("FOUND", "SKIPPED_RANGE") else EXIT_FAILED
+
+
+def _bisect_resume(args, store: Store):
+    run = store.run(args.resume)
+    if run is None or run["kind"] != "bisect":
+        raise UsageError(f"--resume {args.resume}: no bisect with that id in {store.path}")
+    try:
+        saved = run["extra"]["bisect"]["options"]
+        state = BisectState.from_dict(run["extra"]["bisect"]["state"])
+        cases = [Case.from_wire(c) for c in saved["cases"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"--resume {args.resume}: the stored bisect state does not read ({exc})") from None
+    print(f"bisect {args.resume}: resuming after {state.search.runs} runs")
+    return args.resume, saved, cases, state
+
+
+def _bisect_loop(args, runner: RefRunner, store: Store, parent: str, saved: dict, cases: list[Case],
+                 state: BisectState) -> list[Result]:
+    results: list[Result] = []
+    while (index := state.next_index()) is not None:
+        commit = state.commits[index]
+        prepared = runner.prepare(commit.short, commit)
+        attempt = sum(1 for step in state.steps if step["index"] == index)
+        planned = [Planned(i, case, attempt) for i, case in enumerate(cases)]
+        recorded = runner.run(prepared, planned, kind="bisect-step", parent_id=parent, command=sys.argv,
+                              extra={"bisect_index": index})
+        results.extend(recorded.results)
+        observed = state.record(index, recorded.results, recorded.run_id)
+        store.update_extra(parent, {"bisect": {"options": saved, "state": state.to_dict()}})   # --resume point
+        answer = state.search.answer()
+        where = "good" if index == 0 else "bad" if index == state.n else f"{index}/{state.n}"
+        labels = ", ".join(sorted({r.label for r in recorded.results}))
+        best = (f"; best {state.commits[answer.first].short} {100 * answer.probability:.1f}%"
+                if answer.first is not None else "")
+        print(f"run {state.search.runs + sum(state.inconclusive.values())}: {commit.short} ({where}) {observed}"
+              f" [{labels}]{best}", flush=True)
+    return results
+
+
+# -- bisect-run ---------------------------------------------------------------------
+
+GIT_GOOD, GIT_BAD, GIT_SKIP = 0, 1, 125
+
+
+def cmd_bisect_run(args) -> int:
+    """Never a code that would abort ``git bisect run``: only 0, 1 or 125 (see main)."""
+    signature = Signature.parse(args.signature) if args.signature else None
+    _devices(args)
+    if args.build:
+        log = Path(args.log_dir or Path("reports") / "logs") / "bisect-run-build.log"
+        built = refs.build(Path.cwd(), args.build, log, dict(os.environ), args.build_timeout)
+        if not built.ok:
+            print(f"harness bisect-run: build failed ({log}): skip", file=sys.stderr)
+            return GIT_SKIP
+    cases = _load(args)
+    planned = flake.plan(cases, HuntOptions(repeat=args.repeat))
+    planned = [replace(p, bitwise=False) for p in planned]
+    revision = git_revision(Path.cwd())
+    with _open_store(args) as store, _session_golden_cache(args) as golden_cache:
+        recorded = execute(planned, run_options(args, _devices(args), golden_cache=golden_cache), store,
+                           kind="bisect-run", command=sys.argv, ref=revision["sha"][:12] if revision else None,
+                           ref_sha=revision["sha"] if revision else None, outputs=_outputs(args))
+    what, sig = observe(recorded.results, signature)
+    for r in recorded.results:
+        if r.outcome.failed:
+            print(f"{r.label} {r.case_id} (run {r.repeat}): {r.summary}")
+    if what == SIGHTED:
+        print(f"harness bisect-run: bad ({sig} seen)")
+        return GIT_BAD
+    if what == CLEAN and not any(r.outcome.failed for r in recorded.results):
+        print(f"harness bisect-run: good ({len(recorded.results)} clean runs)")
+        return GIT_GOOD
+    if what == CLEAN:   # the signature did not show, other failures did: they say nothing about it
+        print(f"harness bisect-run: good ({sig or 'the signature'} not seen; other failures ignored)")
+        return GIT_GOOD
+    print("harness bisect-run: skip (nothing ran clean and the signature did not show)")
+    return GIT_SKIP
+
+
 # -- history ----------------------------------------------------------------------
 
 def cmd_history(args) -> int:
@@ -519,15 +703,37 @@ def cmd_history(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"list": cmd_list, "run": cmd_run, "flake": cmd_flake, "compare": cmd_compare, "history": cmd_history}
+COMMANDS = {"list": cmd_list, "run": cmd_run, "flake": cmd_flake, "compare": cmd_compare, "bisect": cmd_bisect,
+            "bisect-run": cmd_bisect_run, "history": cmd_history}
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bisect-run"]:
+        return _git_safe(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    return _dispatch(args)
+
+
+def _git_safe(argv: list[str]) -> int:
+    """``bisect-run`` under ``git bisect run``: any code but 0, 1 and 125 aborts the whole bisect,
+    so bad usage, a broken harness or an interrupt all become 125 (skip), said on stderr."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return GIT_SKIP if exc.code not in (0, None) else 0
+    code = _dispatch(args)
+    if code not in (GIT_GOOD, GIT_BAD, GIT_SKIP):
+        print(f"harness bisect-run: exit {code} turned into 125 (skip) so git bisect goes on", file=sys.stderr)
+        return GIT_SKIP
+    return code
+
+
+def _dispatch(args) -> int:
     try:
         return COMMANDS[args.command](args)
-    except (MatrixError, DeviceError, UsageError, refs.RefError) as exc:
+    except (MatrixError, DeviceError, UsageError, refs.RefError, BisectError, SignatureError) as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except StoreError as exc:  # the store failed mid-run (disk full, ...): not a harness bug

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness import refs
-from harness.engine import Planned, RunOptions
+from harness.engine import Engine, Planned, RunOptions
 from harness.outcomes import Outcome, Result
 from harness.pool import case_fields
 from harness.provenance import run_provenance
@@ -74,9 +74,23 @@ class RefRunner:
         self.base = base
         self.store = store
         self.worktrees = worktrees or refs.Worktrees(setup.repo, setup.cache_dir)
+        self._engine: tuple[str, Engine] | None = None     # the last ref's warm workers (bisect reruns a commit)
 
     def close(self) -> None:
+        self._drop_engine()
         self.worktrees.close()
+
+    def _drop_engine(self) -> None:
+        if self._engine is not None:
+            self._engine[1].close()
+            self._engine = None
+
+    def _engine_for(self, ref: PreparedRef) -> Engine:
+        key = f"{ref.commit.sha}\0{sorted(ref.env.items())}"
+        if self._engine is None or self._engine[0] != key:
+            self._drop_engine()
+            self._engine = (key, Engine(self.options_for(ref)))
+        return self._engine[1]
 
     def __enter__(self) -> "RefRunner":
         return self
@@ -113,9 +127,10 @@ class RefRunner:
         if not ref.ok:
             return self._build_failed(ref, planned, kind=kind, parent_id=parent_id, command=command,
                                       on_result=on_result, extra=extra)
-        return execute(planned, self.options_for(ref), self.store, kind=kind, command=command, parent_id=parent_id,
+        engine = self._engine_for(ref)
+        return execute(planned, engine.options, self.store, kind=kind, command=command, parent_id=parent_id,
                        ref=ref.name, ref_sha=ref.commit.sha, extra=extra, on_start=on_start, on_result=on_result,
-                       should_run=should_run)
+                       should_run=should_run, engine=engine)
 
     def _build_failed(self, ref: PreparedRef, planned: list[Planned], *, kind: str, parent_id: str | None,
                       command: list[str], on_result, extra: dict) -> Recorded:

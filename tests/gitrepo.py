@@ -6,8 +6,10 @@ its PYTHONPATH) with one kernel, ``kpkg.kernel:rope_kv_write``, that wraps the
 harness's reference kernel.  From the culprit commit on, each call corrupts one
 head of ``query`` with probability ``fail_p``, drawn from
 ``random.Random(f"{seed}:{call}")`` where ``seed`` is ``$KPKG_FLAKE_SEED`` (default:
-the generator's ``seed``) and ``call`` counts the calls made in the process, so a
-run is reproducible.  Every commit changes something harmless (the version
+the generator's ``seed``) and ``call`` counts the calls made in the process, or, with
+``$KPKG_FLAKE_COUNTER`` naming a file, the calls made by every process (compare and
+bisect start fresh workers per commit: a per-process count would replay the same
+draws at every commit), so a run is reproducible.  Every commit changes something harmless (the version
 string, a CHANGELOG line).  Optional: a commit whose ``build.sh`` fails (fixed by
 the next one) and a commit whose kernel raises (a failure other than the flake).
 
@@ -83,6 +85,7 @@ from kernels import reference
 from kernels.reference import with_op_signature
 
 SEED_ENV = "{seed_env}"
+COUNTER_ENV = "KPKG_FLAKE_COUNTER"
 DEFAULT_SEED = "{seed}"
 FAIL_P = {fail_p!r}
 FLAKY = {flaky!r}
@@ -99,9 +102,27 @@ def corrupts(call: int) -> bool:
     return FLAKY and random.Random(f"{{flake_seed()}}:{{call}}").random() < FAIL_P
 
 
-def _launch(op, args):
+def _next_call() -> int:
+    """The call number: per process, or across processes through the counter file $KPKG_FLAKE_COUNTER
+    (fresh workers per commit would otherwise all replay call 0's draw)."""
     global _calls
-    call, _calls = _calls, _calls + 1
+    path = os.environ.get(COUNTER_ENV)
+    if not path:
+        call, _calls = _calls, _calls + 1
+        return call
+    import fcntl
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        call = int(fh.read().strip() or 0)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(call + 1))
+    return call
+
+
+def _launch(op, args):
+    call = _next_call()
     if RAISES:
         raise RuntimeError("{raise_text}")
     result = reference.rope_kv_write(**args)
