@@ -1,0 +1,429 @@
+"""Flake-aware bisection: the first commit that shows a failure signature, when the
+failure reproduces only with some unknown probability ``p`` per run.
+
+Commits are indexed ``0..n``: 0 is the known-good endpoint G, ``n`` the bad endpoint B.
+The model (docs/bisect.md):
+
+- the culprit ``c`` is the first commit that carries the bug; a commit before ``c``
+  NEVER shows the signature, a commit at or after ``c`` shows it with probability ``p``
+  on each run, runs independent;
+- so one sighting at ``i`` proves ``c <= i``; a clean run at ``i`` is only evidence
+  that ``c > i``, and how much depends on ``p``.
+
+Hypotheses, as positions of one array of length ``n + 2`` (``posterior()``):
+
+- ``1..n``: commit ``i`` is the culprit;
+- ``0`` (``GOOD_SHOWS``): the signature already shows at G (the bug is older than
+  the range, G was never good): every commit ``0..n`` shows it with probability ``p``;
+- ``n + 1`` (``NOT_REPRODUCED``): nothing in the range shows the signature (B does
+  not reproduce it on this machine): the culprit is "after B".
+
+Together 0 and ``n + 1`` are "no culprit in range". ``p`` is not a point estimate: it
+carries a Beta prior and every likelihood is integrated over it exactly (closed form),
+so a clean run is worth ``E[1 - p | data]``, not ``1 - p_hat``. The default prior leans
+towards small ``p`` (mean 1/3): an over-estimated ``p`` would make clean runs look more
+convincing than they are, an under-estimated one only costs runs.
+
+The next commit to run is the one whose outcome carries the most information about the
+culprit (mutual information between the outcome and the hypothesis, computed for every
+commit at once with cumulative sums). The search stops when one culprit (or one block
+of skipped commits with the tested commit after it, or one "none" hypothesis) holds
+``confidence`` of the posterior, when no run is informative any more, or when
+``max_runs`` is spent.
+
+The state is the per-commit tally (runs, sightings, skipped) plus the settings;
+``to_dict``/``from_dict`` round-trip it as JSON-safe data. Pure numpy, no git.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+STATE_VERSION = 1
+
+# Below this many bits a run is "not informative": only the p estimate would move.
+MIN_INFORMATION_BITS = 1e-9
+
+
+class Verdict(str, enum.Enum):
+    SEARCHING = "SEARCHING"            # not done: call next_index()
+    FOUND = "FOUND"                    # one commit holds >= confidence
+    SKIPPED_RANGE = "SKIPPED_RANGE"    # the culprit is one of skipped commits first..last-1 or last itself
+    GOOD_SHOWS = "GOOD_SHOWS"          # no culprit in range: the signature shows at G already
+    NOT_REPRODUCED = "NOT_REPRODUCED"  # no culprit in range: B did not show the signature
+    UNDECIDED = "UNDECIDED"            # stopped (run budget, nothing informative left) below confidence
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What was seen at one commit."""
+
+    index: int
+    runs: int
+    sightings: int
+    skipped: bool
+
+    @property
+    def clean(self) -> int:
+        return self.runs - self.sightings
+
+
+@dataclass(frozen=True)
+class PEstimate:
+    """The reproduction probability ``p`` of the culprit's signature.
+
+    ``mean`` is the posterior mean (the predictive probability that one more run at a
+    commit known to carry the bug shows the signature); ``low``/``high`` the
+    equal-tailed credible interval at ``level``. The culprit is integrated out.
+    ``sightings`` and ``runs`` count the evidence: all sightings, and the runs at
+    commits proven to carry the bug (at or after the first sighted commit).
+    """
+
+    mean: float
+    low: float
+    high: float
+    level: float
+    sightings: int
+    runs: int
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Where the search stands.
+
+    ``first..last`` is the culprit range the verdict names: ``first == last`` for
+    FOUND; for SKIPPED_RANGE the skipped commits ``first..last-1`` and the tested
+    commit ``last`` (untestable commits cannot be told apart from the first tested one
+    after them); for UNDECIDED the most probable such group; ``None`` for the "none"
+    verdicts and while SEARCHING without a sighting. ``probability`` is the
+    posterior mass of what the verdict names.
+    """
+
+    verdict: Verdict
+    first: int | None
+    last: int | None
+    probability: float
+    runs: int
+
+    @property
+    def culprit(self) -> int | None:
+        return self.first if self.verdict is Verdict.FOUND else None
+
+
+def _lgamma(x: np.ndarray) -> np.ndarray:
+    return np.fromiter((math.lgamma(v) for v in x.ravel()), dtype=float, count=x.size).reshape(x.shape)
+
+
+def _binary_entropy(x: np.ndarray) -> np.ndarray:
+    x = np.clip(x, 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -(x * np.log2(x) + (1.0 - x) * np.log2(1.0 - x))
+    return np.nan_to_num(h, nan=0.0)
+
+
+def _check_probability(name: str, value: float, *, open_low: bool = True, open_high: bool = True) -> float:
+    value = float(value)
+    low_ok = value > 0.0 if open_low else value >= 0.0
+    high_ok = value < 1.0 if open_high else value <= 1.0
+    if not (low_ok and high_ok) or math.isnan(value):
+        raise ValueError(f"{name} must be in {'(' if open_low else '['}0, 1{')' if open_high else ']'}, got {value!r}")
+    return value
+
+
+class FlakyBisect:
+    """Bayesian bisection over commits ``0..n`` for a signature that shows with probability ``p``.
+
+    Settings:
+
+    - ``n``: commits after G; candidates are ``1..n`` (``n >= 1``).
+    - ``confidence``: posterior mass one answer must hold to stop (default 0.99).
+    - ``prior``: weights of candidates ``1..n`` (uniform when None).
+    - ``none_prior``: prior probability of "no culprit in range", split evenly between
+      GOOD_SHOWS and NOT_REPRODUCED. Default ``2 / (n + 2)``: each is as likely as one
+      commit of a uniform prior.
+    - ``p_prior``: ``(a, b)`` of the Beta prior on ``p``. Default ``(1, 2)``: density
+      ``2 (1 - p)``, mean 1/3, a lean towards low ``p`` so that clean runs are not
+      over-trusted while few sightings are in.
+    - ``min_good_runs``: runs at G before the search proper (default 1): checks that G
+      builds and runs the test clean, and catches a G that fails often at once. More
+      runs at G are chosen by the information rule when GOOD_SHOWS competes.
+    - ``max_bad_runs``: clean runs at B without a single sighting after which the search
+      gives up with NOT_REPRODUCED (default 50: a signature that shows in fewer than
+      ~1 run in 15 is missed with probability above 3%; raise it for rarer ones).
+    - ``max_runs``: the total run budget (None: unlimited).
+    """
+
+    def __init__(self, n: int, confidence: float = 0.99, prior: Sequence[float] | None = None,
+                 none_prior: float | None = None, p_prior: tuple[float, float] = (1.0, 2.0),
+                 min_good_runs: int = 1, max_bad_runs: int = 50, max_runs: int | None = None) -> None:
+        if int(n) != n or n < 1:
+            raise ValueError(f"n (commits after the good endpoint) must be an integer >= 1, got {n!r}")
+        self.n = int(n)
+        self.confidence = _check_probability("confidence", confidence)
+        if prior is None:
+            weights = np.ones(self.n)
+        else:
+            weights = np.asarray(prior, dtype=float)
+            if weights.shape != (self.n,) or not np.all(np.isfinite(weights)) or np.any(weights < 0) \
+                    or weights.sum() <= 0:
+                raise ValueError(f"prior must be {self.n} finite non-negative weights (candidates 1..n), "
+                                 f"not all zero")
+        self.prior = tuple(float(w) for w in weights)
+        self.none_prior = _check_probability("none_prior", 2.0 / (self.n + 2) if none_prior is None else none_prior,
+                                             open_low=False)
+        a, b = (float(v) for v in p_prior)
+        if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
+            raise ValueError(f"p_prior must be two positive numbers (Beta a, b), got {p_prior!r}")
+        self.p_prior = (a, b)
+        if int(min_good_runs) != min_good_runs or min_good_runs < 0:
+            raise ValueError(f"min_good_runs must be an integer >= 0, got {min_good_runs!r}")
+        self.min_good_runs = int(min_good_runs)
+        if int(max_bad_runs) != max_bad_runs or max_bad_runs < 1:
+            raise ValueError(f"max_bad_runs must be an integer >= 1, got {max_bad_runs!r}")
+        self.max_bad_runs = int(max_bad_runs)
+        if max_runs is not None and (int(max_runs) != max_runs or max_runs < 1):
+            raise ValueError(f"max_runs must be an integer >= 1 or None, got {max_runs!r}")
+        self.max_runs = None if max_runs is None else int(max_runs)
+
+        log_prior = np.empty(self.n + 2)
+        with np.errstate(divide="ignore"):
+            log_prior[1:self.n + 1] = np.log((1.0 - self.none_prior) * weights / weights.sum())
+            log_prior[[0, self.n + 1]] = math.log(self.none_prior / 2.0) if self.none_prior > 0 else -np.inf
+        self._log_prior = log_prior
+        self._runs = np.zeros(self.n + 1, dtype=np.int64)
+        self._sightings = np.zeros(self.n + 1, dtype=np.int64)
+        self._skipped = np.zeros(self.n + 1, dtype=bool)
+        self._cache: dict[str, Any] = {}
+
+    # ----------------------------------------------------------------- recording
+    def _check_index(self, index: int) -> int:
+        if isinstance(index, bool) or int(index) != index or not 0 <= index <= self.n:
+            raise ValueError(f"commit index must be an integer in 0..{self.n}, got {index!r}")
+        return int(index)
+
+    def record(self, index: int, sighted: bool) -> None:
+        """One run at commit ``index``: ``sighted`` if it showed the signature."""
+        index = self._check_index(index)
+        if self._skipped[index]:
+            raise ValueError(f"commit {index} was skipped (untestable); a run there cannot be recorded")
+        self._runs[index] += 1
+        self._sightings[index] += bool(sighted)
+        self._cache.clear()
+
+    def skip(self, index: int) -> None:
+        """Commit ``index`` cannot be tested (build failure, broken test): never chosen again."""
+        index = self._check_index(index)
+        if index in (0, self.n):
+            which = "good" if index == 0 else "bad"
+            raise ValueError(f"the {which} endpoint (commit {index}) cannot be skipped: pick a testable endpoint")
+        self._skipped[index] = True
+        self._cache.clear()
+
+    # ------------------------------------------------------------------ inference
+    @property
+    def runs(self) -> int:
+        return int(self._runs.sum())
+
+    def _stats(self) -> dict[str, Any]:
+        """Posterior over hypotheses 0..n+1 and the per-hypothesis sighting probability, cached per state."""
+        if "post" in self._cache:
+            return self._cache
+        n = self.n
+        a, b = self.p_prior
+        sightings = int(self._sightings.sum())
+        clean = self._runs - self._sightings
+        # F[h]: clean runs at commits >= h (runs at/after the culprit h that showed nothing); F[n+1] = 0
+        clean_after = np.zeros(n + 2, dtype=float)
+        clean_after[:n + 1] = np.cumsum(clean[::-1])[::-1]
+        sighted = np.flatnonzero(self._sightings)
+        first_sighting = int(sighted[0]) if sighted.size else n + 1
+        # marginal likelihood over p ~ Beta(a, b): B(a + S, b + F) / B(a, b); a sighting at i
+        # rules out every culprit after i (and NOT_REPRODUCED, at position n + 1)
+        log_like = (math.lgamma(a + sightings) - math.lgamma(a) + math.lgamma(a + b) - math.lgamma(b)
+                    + _lgamma(b + clean_after) - _lgamma(a + b + sightings + clean_after))
+        log_post = self._log_prior + log_like
+        log_post[first_sighting + 1:] = -np.inf
+        log_post -= log_post.max()
+        post = np.exp(log_post)
+        post /= post.sum()
+        # predictive probability that a run at a commit >= h shows the signature, given culprit h
+        q = (a + sightings) / (a + b + sightings + clean_after)
+        self._cache.update(post=post, q=q, sightings=sightings, clean_after=clean_after,
+                           first_sighting=first_sighting)
+        return self._cache
+
+    def posterior(self) -> np.ndarray:
+        """P(hypothesis) for positions ``0..n+1``: 0 GOOD_SHOWS, ``i`` culprit ``i``, ``n+1`` NOT_REPRODUCED."""
+        return self._stats()["post"].copy()
+
+    def none_in_range(self) -> float:
+        """Posterior probability that no commit in ``1..n`` is the culprit."""
+        post = self._stats()["post"]
+        return float(post[0] + post[self.n + 1])
+
+    def information(self) -> np.ndarray:
+        """Expected information (bits) about the culprit from one run at each commit ``0..n``.
+
+        The mutual information between the hypothesis H and the outcome Y of a run at
+        ``j``: ``h(P(Y = sighted)) - sum_h P(h) h(P(Y = sighted | h))``, where a run at
+        ``j`` shows the signature with probability ``q_h`` if ``h <= j`` and never
+        otherwise. Both terms are prefix sums over ``h``. Skipped commits get -inf.
+        """
+        stats = self._stats()
+        post, q = stats["post"][:self.n + 1], stats["q"][:self.n + 1]
+        p_sighted = np.cumsum(post * q)
+        conditional = np.cumsum(post * _binary_entropy(q))
+        gain = _binary_entropy(p_sighted) - conditional
+        gain = np.maximum(gain, 0.0)                  # rounding crumbs below zero
+        gain[self._skipped] = -np.inf
+        return gain
+
+    def estimate_p(self, level: float = 0.9) -> PEstimate:
+        """The posterior of ``p`` (culprit integrated out): mean and an equal-tailed interval."""
+        _check_probability("level", level)
+        stats = self._stats()
+        a, b = self.p_prior
+        post = stats["post"][:self.n + 1]
+        weight = post / post.sum() if post.sum() > 0 else np.full(post.shape, 1.0 / post.size)
+        s = stats["sightings"]
+        f_values, inverse = np.unique(stats["clean_after"][:self.n + 1], return_inverse=True)
+        f_weight = np.bincount(inverse, weights=weight, minlength=f_values.size)
+        mean = float(np.sum(f_weight * (a + s) / (a + b + s + f_values)))
+        grid = (np.arange(4000) + 0.5) / 4000
+        log_norm = (_lgamma(a + s + b + f_values) - math.lgamma(a + s) - _lgamma(b + f_values))
+        log_pdf = (log_norm[:, None] + (a + s - 1) * np.log(grid)[None, :]
+                   + (b + f_values - 1)[:, None] * np.log1p(-grid)[None, :])
+        pdf = (f_weight[:, None] * np.exp(log_pdf)).sum(axis=0)
+        cdf = np.cumsum(pdf)
+        cdf /= cdf[-1]
+        tail = (1.0 - level) / 2.0
+        low = float(grid[np.searchsorted(cdf, tail)])
+        high = float(grid[min(np.searchsorted(cdf, 1.0 - tail), grid.size - 1)])
+        first = stats["first_sighting"]
+        proven_runs = int(self._runs[first:].sum()) if first <= self.n else 0
+        return PEstimate(mean=mean, low=low, high=high, level=level, sightings=s, runs=proven_runs)
+
+    # ------------------------------------------------------------------- decisions
+    def _groups(self) -> list[tuple[int, int]]:
+        """Candidate groups that no run can split: each skipped stretch with the tested commit after it."""
+        groups, start = [], 1
+        for i in range(1, self.n + 1):
+            if not self._skipped[i]:
+                groups.append((start, i))
+                start = i + 1
+        return groups
+
+    def answer(self) -> Answer:
+        """The verdict now (SEARCHING while not done), with the range and probability it names."""
+        if "answer" in self._cache:
+            return self._cache["answer"]
+        answer = self._answer()
+        self._cache["answer"] = answer
+        return answer
+
+    def _answer(self) -> Answer:
+        stats = self._stats()
+        post, n, runs = stats["post"], self.n, self.runs
+        none_prob = float(post[0] + post[n + 1])
+        if stats["sightings"] == 0 and self._runs[n] >= self.max_bad_runs:
+            return Answer(Verdict.NOT_REPRODUCED, None, None, float(post[n + 1]), runs)
+        if none_prob >= self.confidence:
+            verdict = Verdict.GOOD_SHOWS if post[0] >= post[n + 1] else Verdict.NOT_REPRODUCED
+            return Answer(verdict, None, None, none_prob, runs)
+        cumulative = np.concatenate([[0.0], np.cumsum(post)])
+        best, best_mass = None, -1.0
+        for first, last in self._groups():
+            mass = float(cumulative[last + 1] - cumulative[first])
+            if mass > best_mass:
+                best, best_mass = (first, last), mass
+        first, last = best
+        if best_mass >= self.confidence:
+            verdict = Verdict.FOUND if first == last else Verdict.SKIPPED_RANGE
+            return Answer(verdict, first, last, best_mass, runs)
+        exhausted = self.max_runs is not None and runs >= self.max_runs
+        if exhausted or (stats["sightings"] > 0 and self._best_index() is None):
+            return Answer(Verdict.UNDECIDED, first, last, best_mass, runs)
+        return Answer(Verdict.SEARCHING, first if stats["sightings"] else None,
+                      last if stats["sightings"] else None, best_mass, runs)
+
+    def _best_index(self) -> int | None:
+        gain = self.information()
+        best = int(np.argmax(gain))
+        return best if gain[best] > MIN_INFORMATION_BITS else None
+
+    def done(self) -> bool:
+        return self.answer().verdict is not Verdict.SEARCHING
+
+    def culprit(self) -> int | None:
+        """The culprit commit when FOUND, else None (see ``answer()`` for ranges and "none")."""
+        return self.answer().culprit
+
+    def next_index(self) -> int | None:
+        """The commit to run next, or None when done.
+
+        Protocol: B (``n``) until the signature has been sighted once (a sighting
+        anywhere counts: the model makes B at least as bad); then G (0) until it has
+        ``min_good_runs`` runs; then the most informative commit.
+        """
+        if self.done():
+            return None
+        if self._cache["sightings"] == 0:
+            return self.n
+        if self._runs[0] < self.min_good_runs:
+            return 0
+        return self._best_index()
+
+    # --------------------------------------------------------------------- state
+    def tally(self) -> list[Tally]:
+        """Runs, sightings and the skip mark of every commit ``0..n``."""
+        return [Tally(i, int(self._runs[i]), int(self._sightings[i]), bool(self._skipped[i]))
+                for i in range(self.n + 1)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe state: settings and sparse tallies (commits with runs or a skip mark)."""
+        touched = [t for t in self.tally() if t.runs or t.skipped]
+        uniform = all(w == self.prior[0] for w in self.prior)
+        return {
+            "version": STATE_VERSION,
+            "n": self.n,
+            "confidence": self.confidence,
+            "prior": None if uniform else list(self.prior),
+            "none_prior": self.none_prior,
+            "p_prior": list(self.p_prior),
+            "min_good_runs": self.min_good_runs,
+            "max_bad_runs": self.max_bad_runs,
+            "max_runs": self.max_runs,
+            "tally": [[t.index, t.runs, t.sightings, t.skipped] for t in touched],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "FlakyBisect":
+        """Rebuild from ``to_dict`` output; raises ValueError naming the bad field."""
+        if not isinstance(data, dict):
+            raise ValueError(f"bisect state must be a mapping, got {type(data).__name__}")
+        if data.get("version") != STATE_VERSION:
+            raise ValueError(f"bisect state version {data.get('version')!r} is not {STATE_VERSION}")
+        try:
+            search = cls(data["n"], confidence=data["confidence"], prior=data["prior"],
+                         none_prior=data["none_prior"], p_prior=tuple(data["p_prior"]),
+                         min_good_runs=data["min_good_runs"], max_bad_runs=data["max_bad_runs"],
+                         max_runs=data["max_runs"])
+        except KeyError as exc:
+            raise ValueError(f"bisect state: missing field {exc.args[0]!r}") from None
+        for k, row in enumerate(data.get("tally", [])):
+            try:
+                index, runs, sightings, skipped = row
+                index = search._check_index(index)
+                if int(runs) != runs or int(sightings) != sightings or not 0 <= sightings <= runs:
+                    raise ValueError(f"need 0 <= sightings <= runs, got {sightings!r} of {runs!r}")
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"bisect state: tally[{k}]: {exc}") from None
+            search._runs[index] = int(runs)
+            search._sightings[index] = int(sightings)
+            search._skipped[index] = bool(skipped)
+        search._cache.clear()
+        return search
