@@ -28,12 +28,15 @@ from harness.bisect_search import FlakyBisect
 from harness.flake import SEED_MODES, HuntOptions
 from harness.matrix import MatrixError, load_paths, select
 from harness.outcomes import Outcome, Result
+from harness.merge import MergeError, load_durations, merge
 from harness.pool import WorkerOptions
 from harness.reports.terminal import Reporter
 from harness.provenance import git_revision, run_provenance
 from harness.refrun import DEFAULT_ENV, RefRunner, RefSetup
 from harness.reports.json_report import build_document, summarize
+from harness.reports.stored import stored_document
 from harness.session import Outputs, execute, write_outputs
+from harness.shard import ShardError, parse_shard, select_shard, shard_info
 from harness.store import DEFAULT_STORE, MemoryStore, Store, StoreError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -98,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection(p_run)
     _add_execution(p_run)
     p_run.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first failure")
+    p_run.add_argument("--shard", default=None, metavar="I/N",
+                       help="run only shard I of N (1-based; deterministic: every host computes the same split)")
+    p_run.add_argument("--shard-durations", default=None, metavar="SOURCE",
+                       help="balance shards by the durations in SOURCE (a --json report or a store); default: "
+                            "the store's recorded durations, by count when it has none. Give every shard the "
+                            "same SOURCE, or they split differently (report --merge notices)")
     p_run.add_argument("--resume", default=None, metavar="RUN_ID",
                        help="run only the cases RUN_ID planned and has no result for (cases, kernel paths, "
                             "golden dtype and tier come from that run)")
@@ -160,6 +169,16 @@ def build_parser() -> argparse.ArgumentParser:
     p_brun.add_argument("--build", default=None, metavar="CMD", help="run first in the current directory; "
                         "a failing build is a skip (125)")
     p_brun.add_argument("--build-timeout", type=float, default=1800.0, metavar="S")
+
+    p_rep = sub.add_parser("report", help="render a stored run, a --json file or merged shards in any format")
+    p_rep.add_argument("source", nargs="?", default=None,
+                       help="a run id in the store, or a --json file (default: the newest stored run)")
+    p_rep.add_argument("--merge", nargs="+", default=None, metavar="SOURCE",
+                       help="merge shard outputs (--json files, stores, or STORE::RUN_ID) into one report")
+    p_rep.add_argument("--force", action="store_true",
+                       help="merge sources from different matrices or harness versions anyway (warnings say what)")
+    _add_store(p_rep)
+    _add_outputs(p_rep)
 
     p_hist = sub.add_parser("history", help="a case's results across stored runs")
     p_hist.add_argument("pattern", help="case id: a glob with * and ?, else a substring")
@@ -288,6 +307,7 @@ def cmd_run(args) -> int:
 
 def _run(args, store: Store) -> int:
     stored: dict = {}
+    shard_extra = None
     if args.resume:
         planned, old = _resume_plan(args, store)
         stored = old["extra"].get("options", {})
@@ -295,8 +315,10 @@ def _run(args, store: Store) -> int:
             print(f"harness: run {args.resume}: nothing missing")
             return EXIT_OK
         devices = _devices(args, default=[parse_device(d) for d in old["devices"]])
+        shard_extra = old["extra"].get("shard")
     else:
-        planned = [Planned(i, c) for i, c in enumerate(_load(args))]
+        cases, shard_extra = _shard(args, _load(args), store)
+        planned = [Planned(i, c) for i, c in enumerate(cases)]
         devices = _devices(args)
     kernel_paths = stored.get("kernel_paths") or [str(Path(p).resolve()) for p in args.kernel_path]
     golden_dtype = stored.get("golden_dtype", args.golden_dtype)
@@ -308,15 +330,36 @@ def _run(args, store: Store) -> int:
         recorded = execute(
             planned, options, store, command=sys.argv, resumed_from=args.resume,
             extra={"options": {"kernel_paths": list(kernel_paths), "golden_dtype": golden_dtype, "tier": tier},
-                   "log_dir": str(options.worker.log_dir)},
+                   "log_dir": str(options.worker.log_dir), **({"shard": shard_extra} if shard_extra else {})},
             on_start=lambda p, w: reporter.started(p.case.case_id, str(w.device)),
-            on_result=lambda p, r: reporter.finished(r), outputs=_outputs(args))
+            on_result=lambda p, r: reporter.finished(r), outputs=_outputs(args),
+            document_extra=lambda rec: {"shard": shard_extra} if shard_extra else {})
     summary = recorded.summary
     reporter.final(recorded.results, summary)
     _note_outputs(reporter, args, recorded, store)
     if summary["counts"].get(Outcome.HARNESS_ERROR.value):
         return EXIT_INTERNAL
     return EXIT_FAILED if summary["failed"] else EXIT_OK
+
+
+def _shard(args, cases: list[Case], store: Store) -> tuple[list[Case], dict | None]:
+    """This host's part of the matrix under ``--shard I/N`` (the whole list otherwise)."""
+    if not args.shard:
+        return cases, None
+    shard = parse_shard(args.shard)
+    if args.shard_durations:
+        try:
+            durations = load_durations(args.shard_durations)
+        except MergeError as exc:
+            raise UsageError(f"--shard-durations: {exc}") from None
+    else:
+        durations = store.durations()
+    ids = [c.case_id for c in cases]
+    durations = {k: v for k, v in durations.items() if k in set(ids)} or None
+    mine = select_shard(cases, shard, key=lambda c: c.case_id, durations=durations)
+    info = shard_info(shard, ids, durations, matrices={c.matrix for c in cases})
+    print(f"shard {shard}: {len(mine)} of {len(set(ids))} cases (balanced by {info['balanced_by']})", flush=True)
+    return mine, info
 
 
 def _note_outputs(reporter: Reporter, args, recorded, store: Store) -> None:
@@ -678,6 +721,59 @@ def cmd_bisect_run(args) -> int:
     return GIT_SKIP
 
 
+# -- report -------------------------------------------------------------------------
+
+def cmd_report(args) -> int:
+    if args.merge:
+        if args.source:
+            raise UsageError("give a SOURCE to re-render or --merge SOURCES, not both")
+        try:
+            doc = merge(args.merge, force=args.force, command=sys.argv)
+        except MergeError as exc:
+            raise UsageError(str(exc)) from None
+        for warning in doc.get("warnings", []):
+            print(f"harness: warning: {warning}", file=sys.stderr)
+    else:
+        doc = _stored_document(args)
+    outputs = _outputs(args)
+    if not outputs.any():     # nothing asked for: the Markdown summary on stdout
+        from harness.reports.markdown import render_markdown
+        print(render_markdown(doc))
+    for path in write_outputs(outputs, doc):
+        print(f"wrote {path}", file=sys.stderr)
+    summary = doc.get("summary") or {}
+    return EXIT_FAILED if summary.get("failed") else EXIT_OK
+
+
+def _stored_document(args) -> dict:
+    if args.source and Path(args.source).is_file():
+        from harness.reports.document import load_document
+        try:
+            return load_document(args.source)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{args.source}: not a harness report document ({exc})") from None
+    path = _store_path(args)
+    if not Path(path).exists():
+        raise UsageError(f"no store at {path} (and {args.source!r} is not a file)" if args.source
+                         else f"no store at {path}: give a run id with --store, or a --json file")
+    try:
+        store = Store(path)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+    with store:
+        run_id = args.source
+        if run_id is None:
+            latest = store.runs(limit=50)
+            top = [r for r in latest if r["parent_id"] is None]
+            if not top:
+                raise UsageError(f"no runs in {store.path}")
+            run_id = top[0]["run_id"]
+        try:
+            return stored_document(store, run_id)
+        except LookupError as exc:
+            raise UsageError(str(exc)) from None
+
+
 # -- history ----------------------------------------------------------------------
 
 def cmd_history(args) -> int:
@@ -704,7 +800,7 @@ def cmd_history(args) -> int:
 
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "flake": cmd_flake, "compare": cmd_compare, "bisect": cmd_bisect,
-            "bisect-run": cmd_bisect_run, "history": cmd_history}
+            "bisect-run": cmd_bisect_run, "report": cmd_report, "history": cmd_history}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -733,7 +829,7 @@ def _git_safe(argv: list[str]) -> int:
 def _dispatch(args) -> int:
     try:
         return COMMANDS[args.command](args)
-    except (MatrixError, DeviceError, UsageError, refs.RefError, BisectError, SignatureError) as exc:
+    except (MatrixError, DeviceError, UsageError, refs.RefError, BisectError, SignatureError, ShardError) as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except StoreError as exc:  # the store failed mid-run (disk full, ...): not a harness bug
