@@ -1,7 +1,7 @@
 """All terminal output of a run goes through one ``Reporter``.
 
-A rich progress bar (done/total, failures so far, the case on each device)
-on a terminal; one plain line per case otherwise, so CI logs stay readable.
+A rich live display (a bar with done/total, failures so far, elapsed time and
+ETA, and under it the case each device is running) on a terminal; one plain line per case otherwise, so CI logs stay readable.
 The final table groups results by outcome and lists every failure with its
 one-line summary.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from rich.console import Console
-from rich.markup import escape
+from rich.console import Console, Group
+from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
@@ -34,30 +34,38 @@ class Reporter:
         self.failures = 0
         self.current: dict[str, str] = {}
         self._progress: Progress | None = None
+        self._live: Live | None = None
         self._task = None
 
     def __enter__(self) -> "Reporter":
         if not self.plain:
+            # The bar (done/total, failures so far, elapsed, ETA) and under it one line per
+            # device with the case it is running, redrawn together by one Live display.
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("[red]{task.fields[failures]} failed"), TimeElapsedColumn(), TextColumn("eta"),
-                TimeRemainingColumn(), TextColumn("{task.fields[current]}"),
-                console=self.console, transient=True,
+                TimeRemainingColumn(), console=self.console,
             )
-            self._progress.__enter__()
-            self._task = self._progress.add_task("cases", total=self.total, failures=0, current="")
+            self._task = self._progress.add_task("cases", total=self.total, failures=0)
+            self._live = Live(get_renderable=self._render, console=self.console, transient=True,
+                              refresh_per_second=8)
+            self._live.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(*exc)
+        if self._live is not None:
+            self._live.__exit__(*exc)
+            self._live = None
             self._progress = None
+
+    def _render(self) -> Group:
+        lines = [Text(f"  {device}: {case_id}", overflow="ellipsis", no_wrap=True)
+                 for device, case_id in sorted(self.current.items())]
+        return Group(self._progress, *lines)
 
     def _refresh(self) -> None:
         if self._progress is not None:
-            current = "  ".join(f"{d}: {c}" for d, c in sorted(self.current.items()))
-            self._progress.update(self._task, completed=self.done, failures=self.failures,
-                                  current=escape(current[:80]))
+            self._progress.update(self._task, completed=self.done, failures=self.failures)
 
     def started(self, case_id: str, device: str) -> None:
         self.current[device] = case_id
@@ -94,14 +102,19 @@ class Reporter:
         for label, count in sorted(summary["counts"].items(), key=lambda kv: (-kv[1], kv[0])):
             table.add_row(label, str(count))
         self.console.print(table)
-        failed = [r for r in results if r.outcome.failed]
+        failed = sorted((r for r in results if r.outcome.failed), key=lambda r: (r.label, r.case_id, r.repeat))
         if failed:
-            fail_table = Table(title="Failures")
-            fail_table.add_column("case", overflow="fold")
+            fail_table = Table(title="Failures, by outcome")
             fail_table.add_column("outcome", no_wrap=True)
+            fail_table.add_column("case", overflow="fold")
             fail_table.add_column("summary", overflow="fold")
+            previous = None
             for r in failed:   # Text: case ids hold [...] that rich would read as markup
-                fail_table.add_row(Text(r.case_id), Text(r.label), Text(r.summary))
+                if previous is not None and r.label != previous:
+                    fail_table.add_section()
+                name = r.case_id + (f" (iter {r.repeat})" if r.repeat else "") + (f" @ {r.ref}" if r.ref else "")
+                fail_table.add_row(Text("" if r.label == previous else r.label), Text(name), Text(r.summary))
+                previous = r.label
             self.console.print(fail_table)
         gc = summary["golden_cache"]
         self.console.print(
