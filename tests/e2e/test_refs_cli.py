@@ -59,6 +59,8 @@ def test_compare_three_refs_table_verdict_and_build_error(tmp_path, golden_cache
     assert row["cells"]["broken"] == "0/4 PASS, 4/4 BUILD_ERROR"
     assert row["verdict"] == "regressed"                      # 0/4 -> 4/4 failures, Fisher p = 0.029
     assert {r["ref"] for r in doc["results"]} == {"good", "flaky", "broken"}
+    ran = [r for r in doc["results"] if r["outcome"] != "BUILD_ERROR"]
+    assert sum(r["metrics"]["golden_cache_hit"] is False for r in ran) == 1     # one golden for every ref
     assert "good " in proc.stdout and "4/4 PASS" in proc.stdout
     assert _user_repo_state(info.path) == before
     assert (tmp_path / "kpkg" / "scratch.txt").read_text() == "the user's uncommitted work\n"
