@@ -67,6 +67,18 @@ a non-zero or a non-total share)::
   - ``name: n of K bad (min a%, max b%); clean: [i], [j]`` (n > 8, at most 8 clean)
   - ``name: n of K bad (min a%, max b%): [i] r%, ... (8 listed), ...`` otherwise
   - each followed by ``; U not compared`` when U indices had no compared element.
+
+2-D map
+-------
+With two or more named ``axes`` the comparison also keeps a map of the bad
+ratio over two of them (``Comparison.map``; the first two named dims, leaving
+out dims of size 1 while two others remain: ``batch`` x ``head`` for attention
+outputs, ``row`` x ``kv_head`` for a single-layer cache).  Each axis is cut
+into at most ``MAP_CELLS`` blocks of ``ceil(n / MAP_CELLS)`` consecutive
+indices (the last block may be shorter); a cell holds bad / compared elements
+summed over its block.  Counts are added per chunk into the blocked grid (one
+int64 per cell), so the map costs no full-size temporary.  It is not part of
+the text report, and is ``None`` when no element is bad.
 """
 from __future__ import annotations
 
@@ -90,6 +102,8 @@ _KEEP_LISTED = 8
 # A chunk whose bad elements are fewer than 1/_SPARSE of it is localised from
 # the bad elements' flat indices; denser ones by reducing the mask.
 _SPARSE = 16
+# The 2-D localisation map has at most this many cells along each of its axes.
+MAP_CELLS = 64
 
 
 # --------------------------------------------------------------------------
@@ -118,6 +132,13 @@ class Comparison:
     first_bad: tuple[Index, ...]         # up to 5, row-major
     localisation: dict[str, tuple[float, ...]]   # name -> bad ratio per index (NaN: none compared)
     max_abs_allowed: float = math.nan    # atol + rtol*|e| at max_abs_index
+    # Bad ratio over the first two localised axes, in blocks (see ``_map_dims``):
+    # {"axes": [a0, a1], "size": [n0, n1], "block": [b0, b1], "shape": [r, c],
+    #  "ratio": r rows of c floats (NaN: nothing compared in that cell)}; None
+    # when fewer than two axes are named or nothing is bad (an all-zero map says
+    # nothing the counts do not, and would grow every --json result by a few KB).
+    # Rendered by the reports, not by report().
+    map: dict[str, Any] | None = None
 
     @property
     def bad_ratio(self) -> float:
@@ -383,7 +404,8 @@ class _Walk:
 
     def __init__(self, layout: _Layout, dtype: torch.dtype, actual_dtype: torch.dtype,
                  expected_dtype: torch.dtype, device: torch.device, atol: float, rtol: float,
-                 loc_dims: set[int], numel: int, ndim: int):
+                 loc_dims: set[int], numel: int, ndim: int,
+                 map_dims: tuple[int, int] | None = None):
         self.layout = layout
         self.dtype = dtype
         self.atol, self.rtol = atol, rtol
@@ -403,6 +425,14 @@ class _Walk:
         self.buf_b = torch.empty(n, dtype=torch.bool, device=device)
         self.counts = {dim: torch.zeros(layout.shape[dim], dtype=torch.int64)
                        for dim in sorted(loc_dims)}
+        # The blocked 2-D map: cell index of each index of the two dims, and
+        # one bad counter per cell (flat, row-major).
+        self.map_dims = map_dims
+        if map_dims is not None:
+            (self.map_block0, rows), (self.map_block1, cols) = (
+                _blocks(layout.shape[d]) for d in map_dims)
+            self.map_cols = cols
+            self.map_counts = torch.zeros(rows * cols, dtype=torch.int64)
         self.bad = 0
         self.nonfinite_a = 0
         self.nonfinite_e = 0
@@ -569,22 +599,76 @@ class _Walk:
             else:
                 stride = math.prod(lay.shape[dim + 1:])
                 cnt.index_add_(0, (qs // stride) % lay.shape[dim], ones)
+        if self.map_dims is not None:
+            i0, i1 = (self._index_along(dim, outer, j, qs) for dim in self.map_dims)
+            cells = (i0 // self.map_block0) * self.map_cols + i1 // self.map_block1
+            if isinstance(cells, int):
+                self.map_counts[cells] += nbad
+            else:                                     # an int side broadcasts
+                self.map_counts.index_add_(0, cells, ones)
+
+    def _index_along(self, dim: int, outer: Index, j: int, qs: torch.Tensor):
+        """Index along ``dim`` of each flat chunk element ``qs`` (an int when fixed)."""
+        lay = self.layout
+        if dim < lay.split - 1:
+            return outer[dim]
+        if dim == lay.split - 1:
+            return qs // lay.row + j
+        return (qs // math.prod(lay.shape[dim + 1:])) % lay.shape[dim]
 
     def _localise_dense(self, outer: Index, j: int, flat: torch.Tensor, nbad: int) -> None:
         lay = self.layout
         d, row = lay.split, lay.row
         grid = flat.view(-1, row)
-        per_col = None
+        per_col = per_row = None
         if any(dim >= d for dim in self.counts):
             per_col = grid.sum(0).view(lay.shape[d:])
+        if d - 1 in self.counts:
+            per_row = grid.sum(1).to("cpu")
         for dim, cnt in self.counts.items():
             if dim < d - 1:
                 cnt[outer[dim]] += nbad
             elif dim == d - 1:
-                cnt[j:j + grid.shape[0]] += grid.sum(1).to(cnt.device)
+                cnt[j:j + grid.shape[0]] += per_row
             else:
                 others = [i for i in range(per_col.dim()) if i != dim - d]
                 cnt += (per_col.sum(others) if others else per_col).to(cnt.device)
+        if self.map_dims is not None:
+            self._map_dense(outer, j, grid, nbad, per_row, per_col)
+
+    def _map_dense(self, outer: Index, j: int, grid: torch.Tensor, nbad: int,
+                   per_row: torch.Tensor | None, per_col: torch.Tensor | None) -> None:
+        """Add a dense chunk's bad counts to the map from reductions of its mask."""
+        lay = self.layout
+        d = lay.split
+        d0, d1 = self.map_dims                       # d0 < d1
+        k0, k1 = self.map_block0, self.map_block1
+        m = grid.shape[0]
+        if d1 < d - 1:                               # both fixed in this chunk
+            self.map_counts[outer[d0] // k0 * self.map_cols + outer[d1] // k1] += nbad
+            return
+        grid2 = self.map_counts.view(-1, self.map_cols)
+        if d0 < d - 1:                               # one fixed, the other a vector
+            row = grid2[outer[d0] // k0]
+            if d1 == d - 1:                          # indices j..j+m-1 (m: rows of the chunk)
+                cols = torch.arange(j, j + m, dtype=torch.int64) // k1
+                row.index_add_(0, cols, per_row)
+            else:
+                others = [i for i in range(per_col.dim()) if i != d1 - d]
+                row += _sum_blocks(per_col.sum(others) if others else per_col, k1).to("cpu")
+            return
+        # A (rows, n1) grid of counts (within one chunk's size), summed in blocks
+        # along d1 by a strided view, then its rows added to their cells.
+        if d0 == d - 1:
+            tail = grid.view(m, *lay.shape[d:])
+            others = [1 + i for i in range(tail.dim() - 1) if i != d1 - d]
+            counts = tail.sum(others, dtype=torch.int32) if others else tail
+            rows = torch.arange(j, j + m, dtype=torch.int64) // k0
+        else:
+            others = [i for i in range(per_col.dim()) if i not in (d0 - d, d1 - d)]
+            counts = per_col.sum(others) if others else per_col
+            rows = torch.arange(counts.shape[0], dtype=torch.int64) // k0
+        grid2.index_add_(0, rows, _sum_blocks(counts, k1).to("cpu", torch.int64))
 
     # -- the verdict -----------------------------------------------------------
 
@@ -628,6 +712,66 @@ def _compared_per_index(shape: tuple[int, ...], dim: int,
     return torch.full((shape[dim],), float(per_index), dtype=torch.float64)
 
 
+def _blocks(n: int) -> tuple[int, int]:
+    """Block size (``ceil(n / MAP_CELLS)``, at least 1) and number of cells for ``n`` indices."""
+    block = max(1, -(-n // MAP_CELLS))
+    return block, -(-n // block)
+
+
+def _sum_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
+    """Sums of consecutive ``block``-sized runs along the last dim (the last run may be
+    shorter), through a strided view: no copy of ``x``.  Bool counts as 0/1."""
+    n = x.shape[-1]
+    full = n // block
+    sums = x.unfold(-1, block, block).sum(-1) if full else x[..., :0].sum(-1, keepdim=True)[..., :0]
+    if n % block:
+        sums = torch.cat([sums, x[..., full * block:].sum(-1, keepdim=True)], dim=-1)
+    return sums
+
+
+def _map_dims(named: dict[int, str], shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """The two dims of the 2-D map: the first two named, skipping size-1 dims while two remain."""
+    dims = sorted(named)
+    if len(dims) < 2:
+        return None
+    wide = [dim for dim in dims if shape[dim] > 1][:2]
+    d0, d1 = sorted(wide + [dim for dim in dims if dim not in wide][:2 - len(wide)])
+    return d0, d1
+
+
+def _block_sizes(n: int, block: int) -> torch.Tensor:
+    """Indices per cell: ``block`` each, the last cell what is left (float64)."""
+    sizes = torch.full((-(-n // block),), float(block), dtype=torch.float64)
+    if n % block:
+        sizes[-1] = float(n % block)
+    return sizes
+
+
+def _map(walk: "_Walk", named: dict[int, str], shape: tuple[int, ...],
+         mask: torch.Tensor | None) -> dict[str, Any] | None:
+    """The blocked bad-ratio map of a finished walk, as plain JSON types (None when clean)."""
+    if walk.map_dims is None or not walk.bad:
+        return None
+    d0, d1 = walk.map_dims
+    (block0, rows0), (block1, cols1) = _blocks(shape[d0]), _blocks(shape[d1])
+    # Compared elements per (i0, i1) are a product u[i0] * v[i1] * rest: only
+    # dim 0 can be masked (``rows``), and d0 < d1, so only u can vary.
+    if d0 == 0 and mask is not None:
+        u_cells = _sum_blocks(mask, block0).to(torch.float64)
+        rest = math.prod(n for k, n in enumerate(shape) if k not in (d0, d1))
+    else:
+        u_cells = _block_sizes(shape[d0], block0)
+        rows = shape[0] if mask is None else int(mask.sum().item())
+        rest = math.prod(n for k, n in enumerate(shape) if k not in (d0, d1))
+        if d0 != 0:
+            rest = rest // shape[0] * rows if shape[0] else 0
+    compared = torch.outer(u_cells, _block_sizes(shape[d1], block1)) * float(rest)
+    bad = walk.map_counts.view(rows0, cols1).to(torch.float64)
+    ratio = bad / compared                           # 0/0 -> NaN: nothing compared there
+    return {"axes": [named[d0], named[d1]], "size": [shape[d0], shape[d1]],
+            "block": [block0, block1], "shape": list(ratio.shape), "ratio": ratio.tolist()}
+
+
 def _ratios(bad: torch.Tensor, compared: torch.Tensor) -> tuple[float, ...]:
     ratio = bad.to(torch.float64) / compared        # 0/0 -> NaN: nothing compared there
     return tuple(ratio.tolist())
@@ -669,7 +813,7 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
     layout = _Layout.plan(shape, chunk_elems)
     loc_dims = set(named) | {dim for dim, _ in group_specs.values()}
     walk = _Walk(layout, dtype, actual.dtype, expected.dtype, actual.device, atol, rtol,
-                 loc_dims, numel, caller_ndim)
+                 loc_dims, numel, caller_ndim, _map_dims(named, shape))
     if numel:
         with torch.no_grad(), _intra_op_threads(1):
             for start, stop in runs:
@@ -710,4 +854,5 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
         worst=tuple((walk.public(w[3]), w[4], w[5], w[6]) for w in walk.worst),
         first_bad=tuple(walk.public(i) for i in walk.first),
         localisation=localisation,
+        map=_map(walk, named, shape, mask),
     )

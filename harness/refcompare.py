@@ -9,10 +9,9 @@ every ref.
 """
 from __future__ import annotations
 
-from collections import Counter
-
 from harness import flake, stats
 from harness.outcomes import Outcome, Result
+from harness.reports.document import cell_text, label_counts
 
 SIGNIFICANCE = 0.05
 VERDICTS = ("fixed", "improved", "regressed", "flaky", "unchanged (clean)", "unchanged (failing)",
@@ -24,12 +23,7 @@ def cell(results: list[Result]) -> str:
     ran = [r for r in results if r.outcome is not Outcome.SKIPPED]
     if not ran:
         return f"{len(results)} skipped" if results else "-"
-    n = len(ran)
-    counts = Counter(r.label for r in ran)
-    passed = counts.pop(Outcome.PASS.value, 0)
-    parts = [f"{passed}/{n} PASS"]
-    parts += [f"{k}/{n} {label}" for label, k in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
-    return ", ".join(parts)
+    return cell_text(label_counts(ran))
 
 
 def verdict(before: dict, after: dict, alpha: float = SIGNIFICANCE) -> tuple[str, float]:

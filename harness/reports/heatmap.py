@@ -1,0 +1,223 @@
+"""Localisation figures for the HTML report: small PNGs drawn with matplotlib's Agg canvas.
+
+One figure per failing compared buffer, three panels:
+
+1. the 2-D map (``metrics.compare.<name>.map``): bad-element ratio per cell of
+   its two axes (batch row x head for attention outputs, row x KV head for a
+   cache), cells of ``block`` consecutive indices, 0 % pale yellow to 100 %
+   black, grey where nothing was compared (the index ranges and block sizes
+   are in the HTML caption, so no text in the image depends on the data);
+2. the page strip: bad ratio per cache page (``localisation.page``, caches
+   only); more than ``MAX_PAGES`` pages are shown as the worst page of each
+   run of pages;
+3. a histogram of the map's cells by bad ratio: one tall bar near 0 and a few
+   at 100 % is "one head is garbage", a hump in the middle is noise spread
+   everywhere.  The metrics keep no per-element errors (only counts, the
+   maximum and the five worst elements), so no error-magnitude histogram is
+   drawn.
+
+Performance: one ``Figure`` (no pyplot, so no global state and no GUI
+backend) is built once per ``FigureRenderer`` and reused: each image only
+swaps the data of existing artists, then the canvas is printed to PNG.  The
+same data gives the same bytes, and identical panels are rendered once.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+__all__ = ["MAX_PAGES", "FigureRenderer", "Panels", "panels_for"]
+
+MAX_PAGES = 256
+HIST_BINS = 20
+MAX_BACKGROUNDS = 32          # cached backgrounds (one per panel set, buffer and axis names)
+PNG_LEVEL = 6                 # zlib level of the PNGs
+
+
+@dataclass(frozen=True)
+class Panels:
+    """What one figure shows, taken from one buffer's compare metrics."""
+
+    title: str
+    ratio: np.ndarray | None          # the 2-D map (NaN: nothing compared)
+    axes: tuple[str, str]
+    size: tuple[int, int]             # full axis lengths (the map's extent in indices)
+    pages: np.ndarray | None          # bad ratio per page (or per run of pages)
+    pages_per_bar: int
+
+    @property
+    def has_any(self) -> bool:
+        return self.ratio is not None or self.pages is not None
+
+    def key(self) -> str:
+        h = hashlib.sha1(self.title.encode())
+        h.update(json.dumps([self.axes, self.size, self.pages_per_bar]).encode())
+        for a in (self.ratio, self.pages):
+            h.update(b"-" if a is None else a.tobytes() + str(a.shape).encode())
+        return h.hexdigest()
+
+
+def _floats(values: Any) -> np.ndarray:
+    """JSON numbers (null, "Infinity" included) as a float array; NaN for anything else."""
+    def one(v):
+        if isinstance(v, bool) or v is None:
+            return math.nan
+        if isinstance(v, (int, float)):
+            return float(v)
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return math.nan
+    return np.array([one(v) for v in values], dtype=np.float64)
+
+
+def _pages(values: Sequence[Any]) -> tuple[np.ndarray, int]:
+    ratios = _floats(values)
+    if len(ratios) <= MAX_PAGES:
+        return ratios, 1
+    per = math.ceil(len(ratios) / MAX_PAGES)
+    padded = np.full(per * math.ceil(len(ratios) / per), np.nan)
+    padded[:len(ratios)] = ratios
+    blocks = padded.reshape(-1, per)
+    with np.errstate(all="ignore"):
+        worst = np.where(np.isnan(blocks).all(1), np.nan, np.nanmax(np.nan_to_num(blocks, nan=-1.0), 1))
+    return worst, per
+
+
+def panels_for(name: str, metrics: Mapping[str, Any]) -> Panels | None:
+    """The panels of one ``compare.<name>`` metrics entry, or None when it has nothing to draw."""
+    m = metrics.get("map")
+    ratio = axes = size = None
+    if isinstance(m, Mapping) and isinstance(m.get("ratio"), list) and m["ratio"] and m["ratio"][0]:
+        rows = [_floats(r) for r in m["ratio"]]
+        if len({len(r) for r in rows}) == 1:
+            ratio = np.vstack(rows)
+            axes = tuple(str(a) for a in (m.get("axes") or ["rows", "columns"])[:2])
+            size = tuple(int(s) for s in (m.get("size") or ratio.shape)[:2])
+    pages, per = None, 1
+    loc = metrics.get("localisation")
+    if isinstance(loc, Mapping) and isinstance(loc.get("page"), list) and loc["page"]:
+        pages, per = _pages(loc["page"])
+    if ratio is None and pages is None:
+        return None
+    return Panels(str(name), ratio, axes or ("", ""), size or (0, 0), pages, per)
+
+
+class FigureRenderer:
+    """Draws ``Panels`` to PNG bytes, reusing one figure (not thread-safe).
+
+    Everything that does not depend on the data (frames, fixed ticks, the
+    colour bar, panel titles) is drawn once per panel combination and kept
+    as a pixel background; each image restores it and draws only the data
+    artists and a few labels (matplotlib's blitting), then encodes the
+    pixels as PNG.  Axes are in unit coordinates, so no tick depends on the
+    data: the index ranges are written as labels instead.
+    """
+
+    def __init__(self, dpi: int = 72, width_in: float = 6.6, height_in: float = 2.1):
+        from PIL import Image                    # matplotlib's own PNG writer uses it too
+        self._image_cls = Image
+        self.dpi = dpi
+        self.fig = Figure(figsize=(width_in, height_in), dpi=dpi, facecolor="white")
+        self.canvas = FigureCanvasAgg(self.fig)
+        self.cache: dict[str, bytes] = {}
+        self.rendered = 0
+        self._backgrounds: dict[tuple, Any] = {}     # LRU: insertion order
+        cmap = colormaps["magma_r"].with_extremes(bad="#c8c8c8")
+        fig = self.fig
+        self.ax_map = fig.add_axes((0.07, 0.22, 0.3, 0.64))
+        self.image = self.ax_map.imshow(np.zeros((1, 1)), cmap=cmap, vmin=0.0, vmax=1.0,
+                                        aspect="auto", interpolation="nearest",
+                                        extent=(0, 1, 1, 0), animated=True)
+        self.ax_cbar = fig.add_axes((0.38, 0.22, 0.012, 0.64))
+        fig.colorbar(self.image, cax=self.ax_cbar, ticks=[0, 0.5, 1])
+        self.ax_cbar.set_yticklabels(["0%", "50%", "100%"])
+        self.ax_pages = fig.add_axes((0.49, 0.22, 0.24, 0.64))
+        self.page_bars = self.ax_pages.stairs([0.0], [0.0, 1.0], fill=True, color="#b03a2e",
+                                              animated=True)
+        self.ax_hist = fig.add_axes((0.8, 0.22, 0.18, 0.64))
+        self.hist_bars = self.ax_hist.stairs(np.zeros(HIST_BINS), np.linspace(0, 1, HIST_BINS + 1),
+                                             fill=True, color="#555555", animated=True)
+        for ax in (self.ax_map, self.ax_pages, self.ax_hist):
+            ax.set_xlim(0, 1)
+        self.ax_map.set_ylim(1, 0)
+        self.ax_map.set_xticks([])
+        self.ax_map.set_yticks([])
+        self.ax_pages.set_ylim(0, 1.02)
+        self.ax_pages.set_xticks([])
+        self.ax_pages.set_yticks([0, 0.5, 1], ["0%", "50%", "100%"])
+        self.ax_hist.set_ylim(0, 1.02)
+        self.ax_hist.set_xticks([0, 0.5, 1], ["0%", "50%", "100%"])
+        self.ax_hist.set_yticks([0, 0.5, 1], ["0%", "50%", "100%"])
+        for ax in (self.ax_cbar, self.ax_pages, self.ax_hist):
+            ax.tick_params(labelsize=6, length=2, pad=1)
+        self.ax_pages.set_title("bad ratio per page", fontsize=7)
+        self.ax_hist.set_title("map cells by bad ratio", fontsize=7)
+        self.ax_hist.set_xlabel("bad ratio", fontsize=6, labelpad=1)
+        self.ax_hist.set_ylabel("share of cells", fontsize=6, labelpad=1)
+
+        self.ax_pages.set_xlabel("page", fontsize=6, labelpad=1)
+        # Labels that depend only on the buffer and its axis names: drawn into the
+        # (cached) background, so a run of failures of one buffer draws no text.
+        self.t_map = self.ax_map.text(0.0, 1.04, "", transform=self.ax_map.transAxes, fontsize=7,
+                                      va="bottom", ha="left")
+        self.t_x = self.ax_map.set_xlabel("", fontsize=6, labelpad=2)
+        self.t_y = self.ax_map.set_ylabel("", fontsize=6, labelpad=2)
+        self._dynamic_map = (self.image, self.hist_bars)
+        self._dynamic_pages = (self.page_bars,)
+
+    def render(self, panels: Panels) -> bytes:
+        key = panels.key()
+        png = self.cache.get(key)
+        if png is None:
+            png = self.cache[key] = self._draw(panels)
+        return png
+
+    def _background(self, p: Panels):
+        has_map = p.ratio is not None
+        key = (has_map, p.pages is not None) + ((p.title,) + p.axes if has_map else ())
+        bg = self._backgrounds.pop(key, None)
+        if bg is None:
+            for ax in (self.ax_map, self.ax_cbar, self.ax_hist):
+                ax.set_visible(has_map)
+            self.ax_pages.set_visible(p.pages is not None)
+            self.t_map.set_text(f"{p.title}: bad ratio per cell")
+            self.t_x.set_text(p.axes[1])
+            self.t_y.set_text(p.axes[0])
+            self.canvas.draw()                  # animated artists (the data) are left out
+            bg = self.canvas.copy_from_bbox(self.fig.bbox)
+            while len(self._backgrounds) >= MAX_BACKGROUNDS:
+                self._backgrounds.pop(next(iter(self._backgrounds)))
+        self._backgrounds[key] = bg             # most recently used last
+        return bg
+
+    def _draw(self, p: Panels) -> bytes:
+        has_map, has_pages = p.ratio is not None, p.pages is not None
+        self.canvas.restore_region(self._background(p))
+        dynamic: list = []
+        if has_map:
+            self.image.set_data(np.ma.masked_invalid(p.ratio))
+            finite = p.ratio[np.isfinite(p.ratio)]
+            counts, _ = np.histogram(np.clip(finite, 0, 1), bins=HIST_BINS, range=(0.0, 1.0))
+            self.hist_bars.set_data(counts / max(1, finite.size))
+            dynamic += self._dynamic_map
+        if has_pages:
+            n = len(p.pages)
+            self.page_bars.set_data(np.nan_to_num(p.pages, nan=0.0), np.linspace(0.0, 1.0, n + 1))
+            dynamic += self._dynamic_pages
+        for artist in dynamic:
+            self.fig.draw_artist(artist)
+        rgb = np.asarray(self.canvas.buffer_rgba())[..., :3]
+        buf = io.BytesIO()
+        self._image_cls.fromarray(np.ascontiguousarray(rgb)).save(buf, format="PNG", compress_level=PNG_LEVEL)
+        self.rendered += 1
+        return buf.getvalue()

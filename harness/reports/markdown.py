@@ -1,0 +1,194 @@
+"""Markdown for PR comments and CI summaries (GitHub / GitLab flavoured).
+
+Sections, in order: a provenance header (devices with torch / torch-npu /
+CANN / CUDA versions, host, harness, refs with short shas and subjects, the
+relevant environment), counts per outcome label, one table per matrix in the
+layout engineers paste (``| case | upstream 68889bc | fix 65ae4d5 |`` with
+cells ``0/5 PASS, 5/5 FAIL_507018``), the flake statistics when the document
+has them, and a collapsed ``<details>`` list of failing cases with their
+one-line summaries and, for the first few, the head of the comparison report
+and the tail of the log in fenced blocks.
+
+Escaping: every string that comes from a case file, a kernel, a log or the
+environment goes through ``escape`` (inline text: backslash before Markdown
+punctuation, ``&``/``<``/``>`` as entities, newlines and ``|`` made harmless,
+so it can neither break a table row nor become HTML) or into a fenced block
+whose fence is longer than any backtick run inside it.  Output is capped at
+``MAX_CHARS`` (GitHub refuses comments over 65,536 characters); what is left
+out is said.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from harness.reports.document import (
+    FLAKE_COLUMNS, clean_text, failing, flake_confidence, flake_rows, kind_of, label_counts, log_tail,
+    outcome_table, provenance_items, results_of,
+)
+
+__all__ = ["MAX_CHARS", "escape", "fenced", "render_markdown"]
+
+MAX_CHARS = 60_000
+FULL_TABLE_ROWS = 50          # larger matrices list only the rows that did not pass everywhere
+LISTED_FAILURES = 200         # one-line entries in the <details> list
+EXCERPTS = 10                 # failures that also get report / log excerpts
+EXCERPT_REPORT_LINES = 20
+EXCERPT_LOG_LINES = 12
+INLINE_CHARS = 400
+
+# Characters with a meaning in inline Markdown (CommonMark + GFM tables,
+# strikethrough and math); a backslash makes each one literal.
+_PUNCT = re.compile(r"([\\`*_\[\]{}()#+\-.!|~$:@])")
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def escape(text: Any, limit: int | None = INLINE_CHARS) -> str:
+    """One line of literal inline text: safe in a table cell, a list item or a heading."""
+    text = " ".join(clean_text(text).split())          # newlines, tabs, runs of spaces
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + "..."
+    text = _PUNCT.sub(r"\\\1", text)
+    return "".join(_ENTITIES.get(ch, ch) for ch in text)
+
+
+def fenced(text: str, info: str = "text") -> str:
+    """A fenced code block that no content can close early."""
+    text = clean_text(text)
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text}\n{fence}"
+
+
+def _table(header: list[str], rows: list[list[str]], align: list[str] | None = None) -> list[str]:
+    align = align or ["---"] * len(header)
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _header(doc: Mapping[str, Any], results) -> list[str]:
+    kind = kind_of(doc)
+    title = "Harness report" if kind == "run" else f"Harness {escape(kind)} report"
+    failed = sum(r.outcome.failed for r in results)
+    skipped = sum(r.outcome.value == "SKIPPED" for r in results)
+    passed = sum(r.outcome.passed for r in results)
+    lines = [f"## {title}", "",
+             f"**{len(results)} results**: {passed} passed, {failed} failed, {skipped} skipped", ""]
+    for key, value in provenance_items(doc):
+        if key == "kind":
+            continue
+        lines.append(f"- **{escape(key)}**: {escape(value)}")
+    return lines
+
+
+def _counts(results) -> list[str]:
+    counts = label_counts(results)
+    if not counts:
+        return ["_No results._"]
+    return _table(["outcome", "results"], [[escape(k), str(v)] for k, v in counts.items()],
+                  ["---", "---:"])
+
+
+def _matrices(doc: Mapping[str, Any]) -> list[str]:
+    table = outcome_table(doc)
+    lines: list[str] = []
+    header = ["case"] + [escape(c.title) for c in table.columns]
+    for matrix, rows in table.matrices:
+        lines += ["", f"### {escape(matrix)}", ""]
+        shown = list(rows)
+        if len(rows) > FULL_TABLE_ROWS:
+            shown = [r for r in rows if any(r.cell(c.key).status != "pass" for c in table.columns)]
+        body = [[escape(r.case_id)] + [escape(r.cell(c.key).text) for c in table.columns] for r in shown]
+        if body:
+            lines += _table(header, body)
+        hidden = len(rows) - len(shown)
+        if hidden:
+            lines += ["", f"_{hidden} more cases passed everywhere and are not listed._"]
+    return lines
+
+
+def _flake(doc: Mapping[str, Any]) -> list[str]:
+    rows = flake_rows(doc)
+    if not rows:
+        return []
+    conf = flake_confidence(doc)
+    header = [escape(c if c not in ("Wilson", "exact (Clopper-Pearson)") else f"{c} {conf}")
+              for c in FLAKE_COLUMNS]
+    return ["", "### Flake statistics", ""] + _table(header, [[escape(v) for v in row] for row in rows])
+
+
+def _where(r) -> str:
+    parts = [escape(r.device)] if r.device else []
+    if r.ref:
+        parts.append(f"ref {escape(r.ref)}")
+    parts.append(f"repeat {r.repeat}")
+    if r.seed is not None:
+        parts.append(f"seed {r.seed}")
+    return ", ".join(parts)
+
+
+def _failures(results, budget: int) -> list[str]:
+    bad = failing(results)
+    if not bad:
+        return []
+    lines = ["", "<details>", f"<summary>Failing cases ({len(bad)})</summary>", ""]
+    used = sum(len(x) + 1 for x in lines)
+    listed = 0
+    for r in bad[:LISTED_FAILURES]:
+        line = f"- **{escape(r.label)}** {escape(r.case_id)} ({_where(r)}): {escape(r.summary)}"
+        if used + len(line) + 1 > budget:
+            break
+        lines.append(line)
+        used += len(line) + 1
+        listed += 1
+    if listed < len(bad):
+        lines += ["", f"_{len(bad) - listed} more failing cases are not listed here "
+                      "(see the JSON, JUnit or HTML report)._"]
+    seen = set()
+    for r in bad[:listed]:
+        if len(seen) >= EXCERPTS:
+            break
+        key = (r.case_id, r.label, r.report)     # repeats of one failure: one excerpt
+        if key in seen:
+            continue
+        seen.add(key)
+        body = []
+        if r.report:
+            report_lines = clean_text(r.report).splitlines()
+            body.append("\n".join(report_lines[:EXCERPT_REPORT_LINES])
+                        + (f"\n... ({len(report_lines) - EXCERPT_REPORT_LINES} more lines)"
+                           if len(report_lines) > EXCERPT_REPORT_LINES else ""))
+        tail = log_tail(r.log, lines=EXCERPT_LOG_LINES, max_bytes=2048)
+        if tail:
+            body.append(f"--- last lines of the log ---\n{tail}")
+        if not body:
+            continue
+        block = ["", f"**{escape(r.label)}** {escape(r.case_id)} ({_where(r)})", "", fenced("\n\n".join(body))]
+        size = sum(len(x) + 1 for x in block)
+        if used + size > budget:
+            break
+        lines += block
+        used += size
+    lines += ["", "</details>"]
+    return lines
+
+
+def render_markdown(doc: Mapping[str, Any], *, max_chars: int = MAX_CHARS) -> str:
+    """The document as Markdown (see the module docstring); at most ``max_chars`` characters."""
+    results = results_of(doc)
+    head = _header(doc, results) + [""] + _counts(results)
+    body = _matrices(doc) + _flake(doc)
+    text = "\n".join(head + body)
+    note = "\n\n_Tables cut here to fit a comment; the JSON, JUnit and HTML reports have everything._"
+    if len(text) > max_chars:
+        # Cut whole lines, never a table row in half.
+        keep, size = [], len(note)
+        for line in head + body:
+            if size + len(line) + 1 > max_chars:
+                break
+            keep.append(line)
+            size += len(line) + 1
+        return "\n".join(keep) + note + "\n"
+    failures = _failures(results, max_chars - len(text) - 2)
+    return text + "\n" + "\n".join(failures) + "\n"
