@@ -514,6 +514,7 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
         planned = [replace(p, bitwise=False) for p in planned]
         results: list[Result] = []
         provenance: list[dict] = []
+        device_info: dict = {}
         started = time.time()
         for name, commit in commits:
             prepared = runner.prepare(name, commit)
@@ -527,6 +528,7 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
                                       on_start=lambda p, w: reporter.started(p.case.case_id, str(w.device)),
                                       on_result=lambda p, r: reporter.finished(r))
             results.extend(recorded.results)
+            device_info.update(recorded.provenance.get("devices", {}))
             store.update_extra(parent, {"done": [*store.run(parent)["extra"].get("done", []), name]})
     rows = refcompare.table(results, names)
     _print_compare(rows, commits, args.repeat)
@@ -534,7 +536,8 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
     store.finish_run(parent, {**summary, "compare": [{k: r[k] for k in ("case_id", "cells", "verdict", "p_value")}
                                                      for r in rows]})
     doc = build_document(results, started=started, devices=[str(d) for d in devices], command=sys.argv,
-                         provenance={"run": run_provenance(), "refs": provenance}, run_id=parent, kind="compare",
+                         provenance={"run": run_provenance(), "devices": device_info, "refs": provenance},
+                         run_id=parent, kind="compare",
                          refs=[{"name": p["name"], "sha": p["sha"], "subject": p["subject"], "build": p["build"]}
                                for p in provenance],
                          compare=rows)

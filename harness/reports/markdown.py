@@ -93,18 +93,52 @@ def _counts(results) -> list[str]:
 def _matrices(doc: Mapping[str, Any]) -> list[str]:
     table = outcome_table(doc)
     lines: list[str] = []
-    header = ["case"] + [escape(c.title) for c in table.columns]
+    verdicts = {row["case_id"]: row for row in doc.get("compare") or []}   # harness compare: baseline vs candidate
+    header = ["case"] + [escape(c.title) for c in table.columns] + (["verdict"] if verdicts else [])
     for matrix, rows in table.matrices:
         lines += ["", f"### {escape(matrix)}", ""]
         shown = list(rows)
         if len(rows) > FULL_TABLE_ROWS:
             shown = [r for r in rows if any(r.cell(c.key).status != "pass" for c in table.columns)]
-        body = [[escape(r.case_id)] + [escape(r.cell(c.key).text) for c in table.columns] for r in shown]
+        body = [[escape(r.case_id)] + [escape(r.cell(c.key).text) for c in table.columns]
+                + ([_verdict(verdicts.get(r.case_id))] if verdicts else []) for r in shown]
         if body:
             lines += _table(header, body)
         hidden = len(rows) - len(shown)
         if hidden:
             lines += ["", f"_{hidden} more cases passed everywhere and are not listed._"]
+    return lines
+
+
+def _verdict(row: Mapping[str, Any] | None) -> str:
+    if not row or not row.get("verdict"):
+        return ""
+    return escape(f"{row['verdict']} (Fisher p = {row.get('p_value', 1.0):.3g})")
+
+
+def _bisect(doc: Mapping[str, Any]) -> list[str]:
+    report = doc.get("bisect")
+    if not report:
+        return []
+    lines = ["", "### Bisect", ""]
+    if report.get("culprit"):
+        c = report["culprit"]
+        lines.append(f"**First bad commit**: `{escape(c['sha'][:12])}` {escape(c['subject'])} "
+                     f"({escape(c['author_date'])}), posterior {100 * report['probability']:.2f}% "
+                     f"after {report['runs']} runs")
+    else:
+        lines.append(f"**{escape(report['verdict'])}** after {report['runs']} runs "
+                     f"(best {100 * report['probability']:.1f}%)")
+    p = report.get("p") or {}
+    if p.get("sightings"):
+        lines.append("")
+        lines.append(f"Signature {escape(report.get('signature') or '-')}; reproduction probability "
+                     f"{p['mean']:.2f} ({100 * p['level']:.0f}% interval {p['low']:.2f}-{p['high']:.2f})")
+    rows = [[escape(t["sha"][:12]), str(t["runs"]) if not t["skipped"] else "skipped", str(t["sightings"]),
+             "-" if t["posterior"] is None else f"{100 * t['posterior']:.2f}%", escape(t["subject"])]
+            for t in report.get("tally", []) if t["runs"] or t["skipped"]]
+    if rows:
+        lines += [""] + _table(["commit", "runs", "sightings", "posterior", "subject"], rows)
     return lines
 
 
@@ -178,7 +212,8 @@ def render_markdown(doc: Mapping[str, Any], *, max_chars: int = MAX_CHARS) -> st
     """The document as Markdown (see the module docstring); at most ``max_chars`` characters."""
     results = results_of(doc)
     head = _header(doc, results) + [""] + _counts(results)
-    body = _matrices(doc) + _flake(doc)
+    # a bisect's steps would make one column per commit: its tally table says it better
+    body = _bisect(doc) + ([] if doc.get("bisect") else _matrices(doc)) + _flake(doc)
     text = "\n".join(head + body)
     note = "\n\n_Tables cut here to fit a comment; the JSON, JUnit and HTML reports have everything._"
     if len(text) > max_chars:
