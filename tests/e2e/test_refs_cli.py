@@ -45,7 +45,8 @@ def test_compare_three_refs_table_verdict_and_build_error(tmp_path, golden_cache
                        "--ref", f"flaky={info.shas[7][:10]}", "--ref", f"broken={info.shas[8]}", "--repeat", "4",
                        "--env", ENV_TEMPLATE, "--build", info.build_cmd, "--worktree-cache", str(tmp_path / "wt"),
                        "--golden-cache", str(golden_cache_dir), "--store", str(tmp_path / "r.sqlite"),
-                       "--log-dir", str(tmp_path / "logs"), "--json", str(out), cwd=tmp_path, env=counter_env)
+                       "--log-dir", str(tmp_path / "logs"), "--json", str(out), "--markdown", str(tmp_path / "c.md"),
+                       "--junit", str(tmp_path / "c.xml"), cwd=tmp_path, env=counter_env)
     assert proc.returncode == 1, proc.stdout + proc.stderr          # the candidate (last ref) fails
     doc = json.loads(out.read_text())
     assert doc["kind"] == "compare"
@@ -62,6 +63,13 @@ def test_compare_three_refs_table_verdict_and_build_error(tmp_path, golden_cache
     ran = [r for r in doc["results"] if r["outcome"] != "BUILD_ERROR"]
     assert sum(r["metrics"]["golden_cache_hit"] is False for r in ran) == 1     # one golden for every ref
     assert "good " in proc.stdout and "4/4 PASS" in proc.stdout
+    markdown = (tmp_path / "c.md").read_text()
+    assert f"| case | good {info.shas[2][:7]} | flaky {info.shas[7][:7]} | broken {info.shas[8][:7]} | verdict |" \
+        in markdown
+    assert r"0/4 PASS, 4/4 BUILD\_ERROR | regressed \(Fisher p = 0\.0286\) |" in markdown
+    from junitparser import JUnitXml
+    cases = [c for suite in JUnitXml.fromfile(str(tmp_path / "c.xml")) for c in suite]
+    assert len(cases) == 12 and sum(not c.is_passed for c in cases) == 4 + flaky_fails
     assert _user_repo_state(info.path) == before
     assert (tmp_path / "kpkg" / "scratch.txt").read_text() == "the user's uncommitted work\n"
 
