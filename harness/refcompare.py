@@ -9,7 +9,7 @@ every ref.
 """
 from __future__ import annotations
 
-from harness import flake, stats
+from harness import flake
 from harness.outcomes import Outcome, Result
 from harness.reports.document import cell_text, label_counts
 
@@ -27,17 +27,18 @@ def cell(results: list[Result]) -> str:
 
 
 def verdict(before: dict, after: dict, alpha: float = SIGNIFICANCE) -> tuple[str, float]:
-    """The candidate (``after``) against the baseline (``before``); both are flake summaries."""
+    """The candidate (``after``) against the baseline (``before``); both are flake summaries.
+    ``flake.verdict`` decides what the Fisher test can; the rest is told apart here."""
     fa, na, fb, nb = before["failures"], before["total"], after["failures"], after["total"]
     if na == 0 or nb == 0:
         return "no runs", 1.0
-    p = stats.fisher_exact(fa, na, fb, nb)
-    if fa == 0 and fb == 0:
+    word, p = flake.verdict(before, after, alpha)
+    if word == "clean in both":
         return "unchanged (clean)", p
-    if p < alpha:
-        if fb / nb < fa / na:
-            return ("fixed" if fb == 0 else "improved"), p
-        return "regressed", p
+    if word == "fixed":
+        return ("fixed" if fb == 0 else "improved"), p
+    if word == "regressed":
+        return word, p
     if 0 < fa < na or 0 < fb < nb:
         return "flaky", p
     if fa == na and fb == nb:

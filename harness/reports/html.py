@@ -23,10 +23,9 @@ import base64
 import hashlib
 import html
 import os
-import tempfile
-from pathlib import Path
 from typing import Any, Mapping
 
+from harness.reports.atomic import write_text
 from harness.reports.document import (
     FLAKE_COLUMNS, clean_text, failing, flake_confidence, flake_rows, kind_of, label_counts, log_tail,
     outcome_table, provenance_items, results_of,
@@ -279,14 +278,4 @@ def render_html(doc: Mapping[str, Any], *, max_detailed: int = MAX_DETAILED, ren
 def write_html(path: str | os.PathLike, doc: Mapping[str, Any], *, max_detailed: int = MAX_DETAILED,
                renderer=None) -> None:
     """Write the HTML report atomically."""
-    text = render_html(doc, max_detailed=max_detailed, renderer=renderer)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, render_html(doc, max_detailed=max_detailed, renderer=renderer))

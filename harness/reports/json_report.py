@@ -5,12 +5,11 @@ import json
 import math
 import os
 import socket
-import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Iterable
 
+from harness.reports.atomic import atomic_path
 from harness import __version__
 from harness.outcomes import Outcome, Result
 
@@ -75,13 +74,5 @@ def write_json(path: str | os.PathLike, results: list[Result], *, started: float
 
 def write_document(path: str | os.PathLike, doc: dict) -> None:
     """Write a report document as JSON, atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=1, default=str, allow_nan=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=1, default=str, allow_nan=False)

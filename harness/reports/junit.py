@@ -22,13 +22,12 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import tempfile
 from collections import defaultdict
-from pathlib import Path
 from typing import Any, Mapping
 
 from junitparser import Error, Failure, JUnitXml, Properties, Property, Skipped, TestCase, TestSuite
 
+from harness.reports.atomic import atomic_path
 from harness.outcomes import Outcome, Result
 from harness.reports.document import clean_text, kind_of, log_tail, provenance_items, results_of
 
@@ -185,15 +184,7 @@ def _iso(ts: Any) -> str | None:
 
 def write_junit(path: str | os.PathLike, doc: Mapping[str, Any]) -> None:
     """Render ``doc`` as JUnit XML at ``path``, atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     xml = build_junit(doc)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    os.close(fd)
-    try:
-        xml.write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        xml.write(str(tmp))
 
