@@ -20,14 +20,19 @@ Hypotheses, as positions of one array of length ``n + 2`` (``posterior()``):
 
 Together 0 and ``n + 1`` are "no culprit in range". ``p`` is not a point estimate: it
 carries a Beta prior and every likelihood is integrated over it exactly (closed form),
-so a clean run is worth ``E[1 - p | data]``, not ``1 - p_hat``. The default prior leans
-towards small ``p`` (mean 1/3): an over-estimated ``p`` would make clean runs look more
-convincing than they are, an under-estimated one only costs runs.
+so ``k`` clean runs are worth ``E[(1 - p)^k | data]``, never less than ``(1 - p_hat)^k``
+for the posterior mean ``p_hat`` (Jensen): an over-estimated ``p`` would make clean runs
+look more convincing than they are, an under-estimated one only costs runs. The default
+prior leans slightly towards small ``p`` (docs/bisect.md has the measured trade-off).
 
 The next commit to run is the one whose outcome carries the most information about the
 culprit (mutual information between the outcome and the hypothesis, computed for every
-commit at once with cumulative sums). The search stops when one culprit (or one block
-of skipped commits with the tested commit after it, or one "none" hypothesis) holds
+commit at once with prefix sums). Once one answer holds half the posterior, the run that
+best separates that leader from the rest is chosen instead (the largest expected
+log-likelihood ratio, Chernoff's rule for sequential tests): the information rule is
+myopic and under-values the runs at the leader's own commit that firm up ``p`` and so
+make every clean run below it count. The search stops when one culprit (or one block of
+skipped commits with the tested commit after it, or one "none" hypothesis) holds
 ``confidence`` of the posterior, when no run is informative any more, or when
 ``max_runs`` is spent.
 
@@ -47,6 +52,9 @@ STATE_VERSION = 1
 
 # Below this many bits a run is "not informative": only the p estimate would move.
 MIN_INFORMATION_BITS = 1e-9
+# Once the leading answer holds this much of the posterior, runs are chosen to separate it
+# from the rest (expected log-likelihood ratio) instead of by information.
+LEADER_MASS = 0.5
 
 
 class Verdict(str, enum.Enum):
@@ -119,19 +127,33 @@ def _lgamma(x: np.ndarray) -> np.ndarray:
 
 
 def _binary_entropy(x: np.ndarray) -> np.ndarray:
+    """h(x) in bits, 0 at 0 and 1."""
     x = np.clip(x, 0.0, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         h = -(x * np.log2(x) + (1.0 - x) * np.log2(1.0 - x))
     return np.nan_to_num(h, nan=0.0)
 
 
-def _check_probability(name: str, value: float, *, open_low: bool = True, open_high: bool = True) -> float:
+def _bernoulli_kl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """KL(Bernoulli(x) || Bernoulli(y)) in nats; y is kept off 0 and 1 (an impossible outcome costs ~700)."""
+    y = np.clip(y, 1e-300, 1.0 - 1e-16)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sighted = np.where(x > 0.0, x * np.log(x / y), 0.0)
+        clean = np.where(x < 1.0, (1.0 - x) * np.log((1.0 - x) / (1.0 - y)), 0.0)
+    return sighted + clean
+
+
+def _check_probability(name: str, value: float, *, open_low: bool = True) -> float:
     value = float(value)
-    low_ok = value > 0.0 if open_low else value >= 0.0
-    high_ok = value < 1.0 if open_high else value <= 1.0
-    if not (low_ok and high_ok) or math.isnan(value):
-        raise ValueError(f"{name} must be in {'(' if open_low else '['}0, 1{')' if open_high else ']'}, got {value!r}")
+    if math.isnan(value) or not (value > 0.0 if open_low else value >= 0.0) or not value < 1.0:
+        raise ValueError(f"{name} must be in {'(' if open_low else '['}0, 1), got {value!r}")
     return value
+
+
+def _check_count(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
 
 
 class FlakyBisect:
@@ -143,26 +165,24 @@ class FlakyBisect:
     - ``confidence``: posterior mass one answer must hold to stop (default 0.99).
     - ``prior``: weights of candidates ``1..n`` (uniform when None).
     - ``none_prior``: prior probability of "no culprit in range", split evenly between
-      GOOD_SHOWS and NOT_REPRODUCED. Default ``2 / (n + 2)``: each is as likely as one
-      commit of a uniform prior.
-    - ``p_prior``: ``(a, b)`` of the Beta prior on ``p``. Default ``(1, 2)``: density
-      ``2 (1 - p)``, mean 1/3, a lean towards low ``p`` so that clean runs are not
-      over-trusted while few sightings are in.
-    - ``min_good_runs``: runs at G before the search proper (default 1): checks that G
-      builds and runs the test clean, and catches a G that fails often at once. More
-      runs at G are chosen by the information rule when GOOD_SHOWS competes.
-    - ``max_bad_runs``: clean runs at B without a single sighting after which the search
-      gives up with NOT_REPRODUCED (default 50: a signature that shows in fewer than
-      ~1 run in 15 is missed with probability above 3%; raise it for rarer ones).
-    - ``max_runs``: the total run budget (None: unlimited).
+      GOOD_SHOWS and NOT_REPRODUCED (default 0.02: each endpoint is trusted at 99% before
+      any run). The NOT_REPRODUCED half is gone with the first sighting; GOOD_SHOWS loses
+      mass with every clean run anywhere (each is a run at or after G).
+    - ``p_prior``: ``(a, b)`` of the Beta prior on ``p``. Default ``(1, 1.25)``: nearly
+      flat, mean 0.44, a quarter of a clean run of lean towards low ``p``.
+    - ``min_good_runs``: runs at G forced right after the first sighting (default 0:
+      G is run when the choice rule picks it, which it does when GOOD_SHOWS competes
+      with the first commits; set 1 to smoke-test G early).
+    - ``max_bad_runs``: runs at B without a single sighting anywhere after which the
+      search gives up with NOT_REPRODUCED (default 50: a signature that shows once in
+      15 runs is missed 3% of the time; raise it for rarer ones).
+    - ``max_runs``: the total run budget, endpoint runs included (None: unlimited).
     """
 
     def __init__(self, n: int, confidence: float = 0.99, prior: Sequence[float] | None = None,
-                 none_prior: float | None = None, p_prior: tuple[float, float] = (1.0, 2.0),
-                 min_good_runs: int = 1, max_bad_runs: int = 50, max_runs: int | None = None) -> None:
-        if int(n) != n or n < 1:
-            raise ValueError(f"n (commits after the good endpoint) must be an integer >= 1, got {n!r}")
-        self.n = int(n)
+                 none_prior: float = 0.02, p_prior: tuple[float, float] = (1.0, 1.25),
+                 min_good_runs: int = 0, max_bad_runs: int = 50, max_runs: int | None = None) -> None:
+        self.n = _check_count("n (commits after the good endpoint)", n, 1)
         self.confidence = _check_probability("confidence", confidence)
         if prior is None:
             weights = np.ones(self.n)
@@ -172,22 +192,18 @@ class FlakyBisect:
                     or weights.sum() <= 0:
                 raise ValueError(f"prior must be {self.n} finite non-negative weights (candidates 1..n), "
                                  f"not all zero")
-        self.prior = tuple(float(w) for w in weights)
-        self.none_prior = _check_probability("none_prior", 2.0 / (self.n + 2) if none_prior is None else none_prior,
-                                             open_low=False)
-        a, b = (float(v) for v in p_prior)
-        if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
+        self.prior = None if prior is None else tuple(float(w) for w in weights)
+        self.none_prior = _check_probability("none_prior", none_prior, open_low=False)
+        try:
+            a, b = (float(v) for v in p_prior)
+        except (TypeError, ValueError):
+            raise ValueError(f"p_prior must be two positive numbers (Beta a, b), got {p_prior!r}") from None
+        if not (0 < a < math.inf and 0 < b < math.inf):
             raise ValueError(f"p_prior must be two positive numbers (Beta a, b), got {p_prior!r}")
         self.p_prior = (a, b)
-        if int(min_good_runs) != min_good_runs or min_good_runs < 0:
-            raise ValueError(f"min_good_runs must be an integer >= 0, got {min_good_runs!r}")
-        self.min_good_runs = int(min_good_runs)
-        if int(max_bad_runs) != max_bad_runs or max_bad_runs < 1:
-            raise ValueError(f"max_bad_runs must be an integer >= 1, got {max_bad_runs!r}")
-        self.max_bad_runs = int(max_bad_runs)
-        if max_runs is not None and (int(max_runs) != max_runs or max_runs < 1):
-            raise ValueError(f"max_runs must be an integer >= 1 or None, got {max_runs!r}")
-        self.max_runs = None if max_runs is None else int(max_runs)
+        self.min_good_runs = _check_count("min_good_runs", min_good_runs, 0)
+        self.max_bad_runs = _check_count("max_bad_runs", max_bad_runs, 1)
+        self.max_runs = None if max_runs is None else _check_count("max_runs", max_runs, 1)
 
         log_prior = np.empty(self.n + 2)
         with np.errstate(divide="ignore"):
@@ -201,7 +217,7 @@ class FlakyBisect:
 
     # ----------------------------------------------------------------- recording
     def _check_index(self, index: int) -> int:
-        if isinstance(index, bool) or int(index) != index or not 0 <= index <= self.n:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index <= self.n:
             raise ValueError(f"commit index must be an integer in 0..{self.n}, got {index!r}")
         return int(index)
 
@@ -215,7 +231,10 @@ class FlakyBisect:
         self._cache.clear()
 
     def skip(self, index: int) -> None:
-        """Commit ``index`` cannot be tested (build failure, broken test): never chosen again."""
+        """Commit ``index`` cannot be tested (build failure, broken test): never chosen again.
+
+        Runs already recorded there keep counting. The endpoints cannot be skipped.
+        """
         index = self._check_index(index)
         if index in (0, self.n):
             which = "good" if index == 0 else "bad"
@@ -226,31 +245,32 @@ class FlakyBisect:
     # ------------------------------------------------------------------ inference
     @property
     def runs(self) -> int:
+        """Runs recorded so far, endpoint runs included."""
         return int(self._runs.sum())
 
     def _stats(self) -> dict[str, Any]:
-        """Posterior over hypotheses 0..n+1 and the per-hypothesis sighting probability, cached per state."""
+        """Posterior over hypotheses 0..n+1 and each one's sighting probability, cached per state."""
         if "post" in self._cache:
             return self._cache
         n = self.n
         a, b = self.p_prior
         sightings = int(self._sightings.sum())
         clean = self._runs - self._sightings
-        # F[h]: clean runs at commits >= h (runs at/after the culprit h that showed nothing); F[n+1] = 0
+        # clean_after[h]: clean runs at commits >= h, i.e. runs at or after culprit h that showed
+        # nothing; 0 for NOT_REPRODUCED (position n + 1), whose likelihood is 1 until a sighting
         clean_after = np.zeros(n + 2, dtype=float)
         clean_after[:n + 1] = np.cumsum(clean[::-1])[::-1]
         sighted = np.flatnonzero(self._sightings)
         first_sighting = int(sighted[0]) if sighted.size else n + 1
-        # marginal likelihood over p ~ Beta(a, b): B(a + S, b + F) / B(a, b); a sighting at i
-        # rules out every culprit after i (and NOT_REPRODUCED, at position n + 1)
-        log_like = (math.lgamma(a + sightings) - math.lgamma(a) + math.lgamma(a + b) - math.lgamma(b)
-                    + _lgamma(b + clean_after) - _lgamma(a + b + sightings + clean_after))
+        # marginal likelihood over p ~ Beta(a, b): B(a + S, b + F_h) / B(a, b) (the h-independent
+        # terms are left out); a sighting at i rules out every culprit after i
+        log_like = _lgamma(b + clean_after) - _lgamma(a + b + sightings + clean_after)
         log_post = self._log_prior + log_like
         log_post[first_sighting + 1:] = -np.inf
         log_post -= log_post.max()
         post = np.exp(log_post)
         post /= post.sum()
-        # predictive probability that a run at a commit >= h shows the signature, given culprit h
+        # P(a run at a commit >= h shows the signature | culprit h, data): the Beta posterior mean
         q = (a + sightings) / (a + b + sightings + clean_after)
         self._cache.update(post=post, q=q, sightings=sightings, clean_after=clean_after,
                            first_sighting=first_sighting)
@@ -274,13 +294,33 @@ class FlakyBisect:
         otherwise. Both terms are prefix sums over ``h``. Skipped commits get -inf.
         """
         stats = self._stats()
+        if "information" not in stats:
+            post, q = stats["post"][:self.n + 1], stats["q"][:self.n + 1]
+            gain = _binary_entropy(np.cumsum(post * q)) - np.cumsum(post * _binary_entropy(q))
+            gain = np.maximum(gain, 0.0)                  # rounding crumbs below zero
+            gain[self._skipped] = -np.inf
+            stats["information"] = gain
+        return stats["information"].copy()
+
+    def separation(self) -> np.ndarray:
+        """Expected evidence (nats) for the leading answer against the rest from a run at each commit.
+
+        With the leader L (the group of highest mass, see ``answer``), the rest R, and
+        ``P(Y = sighted | .)`` for a run at ``j``: ``KL(P(Y | L) || P(Y | R))``, the expected
+        log-likelihood ratio of L over R if L is right. Prefix sums again. Skipped: -inf.
+        """
+        stats = self._stats()
         post, q = stats["post"][:self.n + 1], stats["q"][:self.n + 1]
-        p_sighted = np.cumsum(post * q)
-        conditional = np.cumsum(post * _binary_entropy(q))
-        gain = _binary_entropy(p_sighted) - conditional
-        gain = np.maximum(gain, 0.0)                  # rounding crumbs below zero
-        gain[self._skipped] = -np.inf
-        return gain
+        first, last = self._leader()
+        lead_mass = float(post[first:last + 1].sum())
+        j = np.arange(self.n + 1)
+        covered = j >= last                      # a run at j can show the leader's bug (skips in between)
+        lead_sighted = np.where(covered, q[last], 0.0)
+        lead_part = float(np.sum(post[first:last + 1] * q[first:last + 1]))
+        rest_sighted = (np.cumsum(post * q) - np.where(covered, lead_part, 0.0)) / max(1.0 - lead_mass, 1e-300)
+        score = _bernoulli_kl(lead_sighted, np.clip(rest_sighted, 0.0, 1.0))
+        score[self._skipped] = -np.inf
+        return score
 
     def estimate_p(self, level: float = 0.9) -> PEstimate:
         """The posterior of ``p`` (culprit integrated out): mean and an equal-tailed interval."""
@@ -294,66 +334,69 @@ class FlakyBisect:
         f_weight = np.bincount(inverse, weights=weight, minlength=f_values.size)
         mean = float(np.sum(f_weight * (a + s) / (a + b + s + f_values)))
         grid = (np.arange(4000) + 0.5) / 4000
-        log_norm = (_lgamma(a + s + b + f_values) - math.lgamma(a + s) - _lgamma(b + f_values))
+        log_norm = _lgamma(a + s + b + f_values) - math.lgamma(a + s) - _lgamma(b + f_values)
         log_pdf = (log_norm[:, None] + (a + s - 1) * np.log(grid)[None, :]
                    + (b + f_values - 1)[:, None] * np.log1p(-grid)[None, :])
-        pdf = (f_weight[:, None] * np.exp(log_pdf)).sum(axis=0)
-        cdf = np.cumsum(pdf)
+        cdf = np.cumsum((f_weight[:, None] * np.exp(log_pdf)).sum(axis=0))
         cdf /= cdf[-1]
         tail = (1.0 - level) / 2.0
-        low = float(grid[np.searchsorted(cdf, tail)])
+        low = float(grid[min(np.searchsorted(cdf, tail), grid.size - 1)])
         high = float(grid[min(np.searchsorted(cdf, 1.0 - tail), grid.size - 1)])
         first = stats["first_sighting"]
         proven_runs = int(self._runs[first:].sum()) if first <= self.n else 0
         return PEstimate(mean=mean, low=low, high=high, level=level, sightings=s, runs=proven_runs)
 
     # ------------------------------------------------------------------- decisions
-    def _groups(self) -> list[tuple[int, int]]:
-        """Candidate groups that no run can split: each skipped stretch with the tested commit after it."""
-        groups, start = [], 1
-        for i in range(1, self.n + 1):
-            if not self._skipped[i]:
-                groups.append((start, i))
-                start = i + 1
-        return groups
+    def groups(self) -> list[tuple[int, int]]:
+        """Candidate groups no run can split: each stretch of skipped commits with the tested commit after it."""
+        lasts = np.flatnonzero(~self._skipped[1:]) + 1
+        firsts = np.concatenate([[1], lasts[:-1] + 1])
+        return [(int(f), int(t)) for f, t in zip(firsts, lasts)]
+
+    def _group_masses(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        stats = self._stats()
+        if "group_masses" not in stats:
+            lasts = np.flatnonzero(~self._skipped[1:]) + 1
+            firsts = np.concatenate([[1], lasts[:-1] + 1])
+            cumulative = np.concatenate([[0.0], np.cumsum(stats["post"])])
+            stats["group_masses"] = (firsts, lasts, cumulative[lasts + 1] - cumulative[firsts])
+        return stats["group_masses"]
+
+    def _leader(self) -> tuple[int, int]:
+        """The answer of highest posterior mass as a commit range (0, 0) for GOOD_SHOWS, or a group."""
+        firsts, lasts, masses = self._group_masses()
+        best = int(np.argmax(masses))
+        if self._stats()["post"][0] > masses[best]:
+            return 0, 0
+        return int(firsts[best]), int(lasts[best])
 
     def answer(self) -> Answer:
         """The verdict now (SEARCHING while not done), with the range and probability it names."""
-        if "answer" in self._cache:
-            return self._cache["answer"]
-        answer = self._answer()
-        self._cache["answer"] = answer
-        return answer
+        stats = self._stats()
+        if "answer" not in stats:
+            stats["answer"] = self._answer()
+        return stats["answer"]
 
     def _answer(self) -> Answer:
         stats = self._stats()
         post, n, runs = stats["post"], self.n, self.runs
-        none_prob = float(post[0] + post[n + 1])
         if stats["sightings"] == 0 and self._runs[n] >= self.max_bad_runs:
             return Answer(Verdict.NOT_REPRODUCED, None, None, float(post[n + 1]), runs)
+        none_prob = float(post[0] + post[n + 1])
         if none_prob >= self.confidence:
             verdict = Verdict.GOOD_SHOWS if post[0] >= post[n + 1] else Verdict.NOT_REPRODUCED
             return Answer(verdict, None, None, none_prob, runs)
-        cumulative = np.concatenate([[0.0], np.cumsum(post)])
-        best, best_mass = None, -1.0
-        for first, last in self._groups():
-            mass = float(cumulative[last + 1] - cumulative[first])
-            if mass > best_mass:
-                best, best_mass = (first, last), mass
-        first, last = best
-        if best_mass >= self.confidence:
-            verdict = Verdict.FOUND if first == last else Verdict.SKIPPED_RANGE
-            return Answer(verdict, first, last, best_mass, runs)
+        firsts, lasts, masses = self._group_masses()
+        best = int(np.argmax(masses))
+        first, last, mass = int(firsts[best]), int(lasts[best]), float(masses[best])
+        if mass >= self.confidence:
+            return Answer(Verdict.FOUND if first == last else Verdict.SKIPPED_RANGE, first, last, mass, runs)
         exhausted = self.max_runs is not None and runs >= self.max_runs
-        if exhausted or (stats["sightings"] > 0 and self._best_index() is None):
-            return Answer(Verdict.UNDECIDED, first, last, best_mass, runs)
-        return Answer(Verdict.SEARCHING, first if stats["sightings"] else None,
-                      last if stats["sightings"] else None, best_mass, runs)
-
-    def _best_index(self) -> int | None:
-        gain = self.information()
-        best = int(np.argmax(gain))
-        return best if gain[best] > MIN_INFORMATION_BITS else None
+        if exhausted or (stats["sightings"] > 0 and self.information().max() <= MIN_INFORMATION_BITS):
+            return Answer(Verdict.UNDECIDED, first, last, mass, runs)
+        if stats["sightings"] == 0:
+            return Answer(Verdict.SEARCHING, None, None, mass, runs)
+        return Answer(Verdict.SEARCHING, first, last, mass, runs)
 
     def done(self) -> bool:
         return self.answer().verdict is not Verdict.SEARCHING
@@ -367,15 +410,20 @@ class FlakyBisect:
 
         Protocol: B (``n``) until the signature has been sighted once (a sighting
         anywhere counts: the model makes B at least as bad); then G (0) until it has
-        ``min_good_runs`` runs; then the most informative commit.
+        ``min_good_runs`` runs; then the commit of most information about the culprit,
+        or, once one answer holds ``LEADER_MASS`` of the posterior, the commit that best
+        separates it from the rest (``separation``). Ties go to the lowest index.
         """
         if self.done():
             return None
-        if self._cache["sightings"] == 0:
+        if self._stats()["sightings"] == 0:
             return self.n
         if self._runs[0] < self.min_good_runs:
             return 0
-        return self._best_index()
+        firsts, lasts, masses = self._group_masses()
+        leading = max(float(masses.max()), float(self._stats()["post"][0]))
+        score = self.separation() if leading >= LEADER_MASS else self.information()
+        return int(np.argmax(score))
 
     # --------------------------------------------------------------------- state
     def tally(self) -> list[Tally]:
@@ -384,20 +432,18 @@ class FlakyBisect:
                 for i in range(self.n + 1)]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe state: settings and sparse tallies (commits with runs or a skip mark)."""
-        touched = [t for t in self.tally() if t.runs or t.skipped]
-        uniform = all(w == self.prior[0] for w in self.prior)
+        """JSON-safe state: settings and sparse tallies ``[index, runs, sightings, skipped]``."""
         return {
             "version": STATE_VERSION,
             "n": self.n,
             "confidence": self.confidence,
-            "prior": None if uniform else list(self.prior),
+            "prior": None if self.prior is None else list(self.prior),
             "none_prior": self.none_prior,
             "p_prior": list(self.p_prior),
             "min_good_runs": self.min_good_runs,
             "max_bad_runs": self.max_bad_runs,
             "max_runs": self.max_runs,
-            "tally": [[t.index, t.runs, t.sightings, t.skipped] for t in touched],
+            "tally": [[t.index, t.runs, t.sightings, t.skipped] for t in self.tally() if t.runs or t.skipped],
         }
 
     @classmethod
@@ -406,7 +452,7 @@ class FlakyBisect:
         if not isinstance(data, dict):
             raise ValueError(f"bisect state must be a mapping, got {type(data).__name__}")
         if data.get("version") != STATE_VERSION:
-            raise ValueError(f"bisect state version {data.get('version')!r} is not {STATE_VERSION}")
+            raise ValueError(f"bisect state: version {data.get('version')!r} is not {STATE_VERSION}")
         try:
             search = cls(data["n"], confidence=data["confidence"], prior=data["prior"],
                          none_prior=data["none_prior"], p_prior=tuple(data["p_prior"]),
@@ -414,16 +460,25 @@ class FlakyBisect:
                          max_runs=data["max_runs"])
         except KeyError as exc:
             raise ValueError(f"bisect state: missing field {exc.args[0]!r}") from None
-        for k, row in enumerate(data.get("tally", [])):
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"bisect state: {exc}") from None
+        rows = data.get("tally", [])
+        if not isinstance(rows, list):
+            raise ValueError("bisect state: tally must be a list of [index, runs, sightings, skipped]")
+        for k, row in enumerate(rows):
             try:
                 index, runs, sightings, skipped = row
                 index = search._check_index(index)
-                if int(runs) != runs or int(sightings) != sightings or not 0 <= sightings <= runs:
-                    raise ValueError(f"need 0 <= sightings <= runs, got {sightings!r} of {runs!r}")
+                runs = _check_count("runs", runs, 0)
+                sightings = _check_count("sightings", sightings, 0)
+                if sightings > runs:
+                    raise ValueError(f"sightings {sightings} exceed runs {runs}")
+                if skipped and index in (0, search.n):
+                    raise ValueError(f"endpoint {index} marked skipped")
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"bisect state: tally[{k}]: {exc}") from None
-            search._runs[index] = int(runs)
-            search._sightings[index] = int(sightings)
+            search._runs[index] = runs
+            search._sightings[index] = sightings
             search._skipped[index] = bool(skipped)
         search._cache.clear()
         return search

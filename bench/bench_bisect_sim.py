@@ -1,0 +1,152 @@
+"""Simulate the flake-aware bisection against plain bisection that repeats each step k times.
+
+    python bench/bench_bisect_sim.py [--trials 200] [--quick] [--seed 0] [--jobs 2]
+
+No git, no kernels: a history of n commits after the good endpoint G (index 0), a culprit
+drawn uniformly from 1..n per trial, and a signature that shows on each run at or after
+the culprit with probability p (never before it). Every method sees the same culprits.
+
+  bisect   harness.bisect_search.FlakyBisect(n) with its defaults (confidence 0.99):
+           B until a first sighting, then the posterior search; every run counted
+  k=1,5,10 plain bisection, a step is bad if any of its k runs shows the signature;
+           a step stops at its first sighting (the runs a careful person would do).
+           Endpoints the same way: B is a step that must come out bad (up to k runs,
+           stops at the first sighting; no sighting in k runs answers "B does not
+           reproduce", wrong here), G a step that must come out good (k runs)
+  known p  the same search given p exactly (a Beta prior of weight 1e5 at p): the
+           price of not knowing p, for scale
+
+Goals (issue 5): accuracy >= 99% at every p >= 0.4 and >= 97% at p = 0.2; fewer mean
+runs than k=10 at p = 0.4; at most half of k=10's mean runs at p >= 0.8.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.bisect_search import FlakyBisect  # noqa: E402
+
+SIZES = (16, 64, 256)
+PROBS = (0.2, 0.4, 0.8, 1.0)
+KS = (1, 5, 10)
+SAFETY_RUNS = 5000          # a run cap for the simulation only; never reached in the table
+
+
+def _culprits(n: int, p: float, trials: int, seed: int) -> np.ndarray:
+    return np.random.default_rng([seed, n, round(p * 100), 0]).integers(1, n + 1, size=trials)
+
+
+def _outcomes(n: int, p: float, seed: int, method: int, trial: int) -> np.random.Generator:
+    """An outcome stream of its own per method and trial, so methods do not share luck by run order."""
+    return np.random.default_rng([seed, n, round(p * 100), 1 + method, trial])
+
+
+def run_bisect(n: int, p: float, culprit: int, rng: np.random.Generator, known_p: bool = False) -> tuple[bool, int]:
+    kw = {}
+    if known_p:
+        kw["p_prior"] = (max(1e5 * p, 1e-6), max(1e5 * (1.0 - p), 1e-6))
+    search = FlakyBisect(n, max_runs=SAFETY_RUNS, **kw)
+    while (index := search.next_index()) is not None:
+        search.record(index, bool(index >= culprit and rng.random() < p))
+    return search.culprit() == culprit, search.runs
+
+
+def run_plain(n: int, p: float, culprit: int, rng: np.random.Generator, k: int) -> tuple[bool, int]:
+    runs = 0
+
+    def bad(index: int) -> bool:
+        nonlocal runs
+        for _ in range(k):
+            runs += 1
+            if index >= culprit and rng.random() < p:
+                return True
+        return False
+
+    if not bad(n):                       # B does not reproduce: the answer is "none", wrong here
+        return False, runs
+    if bad(0):                           # G shows it: "none in range", wrong here
+        return False, runs
+    good, bad_end = 0, n
+    while bad_end - good > 1:
+        mid = (good + bad_end) // 2
+        if bad(mid):
+            bad_end = mid
+        else:
+            good = mid
+    return bad_end == culprit, runs
+
+
+METHODS = ("bisect", *(f"k={k}" for k in KS), "known p")
+
+
+def cell(job: tuple[int, float, int, int]) -> tuple[int, float, dict[str, tuple[float, float]], float]:
+    n, p, trials, seed = job
+    t0 = time.perf_counter()
+    culprits = _culprits(n, p, trials, seed)
+    out = {}
+    for m, name in enumerate(METHODS):
+        hits, runs = 0, 0
+        for t, culprit in enumerate(culprits):
+            rng = _outcomes(n, p, seed, m, t)
+            if name == "bisect":
+                ok, r = run_bisect(n, p, int(culprit), rng)
+            elif name == "known p":
+                ok, r = run_bisect(n, p, int(culprit), rng, known_p=True)
+            else:
+                ok, r = run_plain(n, p, int(culprit), rng, int(name[2:]))
+            hits += ok
+            runs += r
+        out[name] = (hits / trials, runs / trials)
+    return n, p, out, time.perf_counter() - t0
+
+
+def goals(p: float, res: dict[str, tuple[float, float]]) -> list[tuple[str, bool]]:
+    acc, runs = res["bisect"]
+    k10 = res["k=10"][1]
+    checks = [(f"acc>={'97' if p < 0.4 else '99'}%", acc >= (0.97 if p < 0.4 else 0.99))]
+    if p == 0.4:
+        checks.append((f"runs<{k10:.1f}", runs < k10))
+    if p >= 0.8:
+        checks.append((f"runs<={k10 / 2:.1f}", runs <= k10 / 2))
+    return checks
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=200, help="trials per (n, p) cell (default 200)")
+    parser.add_argument("--quick", action="store_true", help="50 trials per cell (a smoke run, noisy)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    args = parser.parse_args()
+    trials = 50 if args.quick else args.trials
+    jobs = [(n, p, trials, args.seed) for n in SIZES for p in PROBS]
+    t0 = time.perf_counter()
+    with Pool(max(1, args.jobs)) as pool:
+        results = {(n, p): out for n, p, out, _ in pool.imap(cell, jobs)}
+    print(f"{trials} trials per row, culprit uniform in 1..n, seed {args.seed}; "
+          f"each cell: accuracy / mean runs (endpoint runs included)")
+    head = f"{'n':>4} {'p':>4}  " + "  ".join(f"{m:>13}" for m in METHODS) + "  goals"
+    print(head)
+    print("-" * len(head))
+    failed = []
+    for n in SIZES:
+        for p in PROBS:
+            res = results[(n, p)]
+            cells = "  ".join(f"{100 * a:5.1f}% {r:6.1f}" for a, r in (res[m] for m in METHODS))
+            marks = [f"{name} {'ok' if ok else 'MISSED'}" for name, ok in goals(p, res)]
+            failed += [f"n={n} p={p}: {name}" for name, ok in goals(p, res) if not ok]
+            print(f"{n:>4} {p:>4.1f}  {cells}  {', '.join(marks)}")
+    print(f"wall {time.perf_counter() - t0:.0f} s; goals missed: {len(failed)}" +
+          "".join(f"\n  {f}" for f in failed))
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
