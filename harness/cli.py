@@ -156,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_bis.add_argument("--confidence", type=float, default=0.99, help="stop when one commit holds this posterior")
     p_bis.add_argument("--first-parent", action="store_true", help="follow only first parents (merge-heavy history)")
     p_bis.add_argument("--max-runs", type=_int_arg("--max-runs"), default=300, help="run budget (default 300)")
+    p_bis.add_argument("--good-runs", type=int, default=0, metavar="N",
+                       help="run the good commit N times right after the first sighting, as a smoke test "
+                            "(default 0: it is run when that is informative; docs/bisect.md)")
+    p_bis.add_argument("--max-bad-runs", type=_int_arg("--max-bad-runs"), default=50, metavar="N",
+                       help="give up (NOT_REPRODUCED) after N clean runs at the bad commit (default 50)")
     p_bis.add_argument("--resume", default=None, metavar="BISECT_ID",
                        help="continue a stored bisect (its cases, refs and options come from the store)")
 
@@ -575,6 +580,8 @@ def cmd_bisect(args) -> int:
     _devices(args)
     if not 0 < args.confidence < 1:
         raise UsageError(f"--confidence must be in (0, 1), got {args.confidence}")
+    if args.good_runs < 0:
+        raise UsageError(f"--good-runs must be >= 0, got {args.good_runs}")
     if args.resume:
         if args.no_store:
             raise UsageError("--resume needs the store the bisect was recorded in (drop --no-store)")
@@ -618,8 +625,9 @@ def _bisect(args, signature, store: Store) -> int:
                 between = refs.commits_between(setup.repo, good, bad, first_parent=args.first_parent)
                 if not between:
                     raise UsageError(f"--good {args.good} and --bad {args.bad} are the same commit: nothing to bisect")
-                state = BisectState([good, *between], FlakyBisect(len(between), confidence=args.confidence,
-                                                                  max_runs=args.max_runs), signature)
+                search = FlakyBisect(len(between), confidence=args.confidence, max_runs=args.max_runs,
+                                     min_good_runs=args.good_runs, max_bad_runs=args.max_bad_runs)
+                state = BisectState([good, *between], search, signature)
                 saved = {"repo": str(setup.repo.resolve()), "env_templates": list(setup.env_templates),
                          "build": setup.build, "build_timeout_s": setup.build_timeout_s,
                          "worktree_cache": setup.cache_dir, "devices": [str(d) for d in devices], "tier": args.tier,
