@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from harness.bisect_search import FlakyBisect, Verdict
 from harness.outcomes import Outcome, Result
@@ -171,6 +171,31 @@ class BisectState:
                 out["culprit"] = {"sha": first.sha, "subject": first.subject, "author_date": first.author_date,
                                   "author": first.author, "index": answer.first}
         return out
+
+
+def run_steps(state: BisectState, runner, cases: list, *, parent: str, command: list[str],
+              save: Callable[[], None], on_step: Callable[[int, str, list[Result]], None] | None = None) -> list[Result]:
+    """Run the commits the search asks for until it is done; ``save`` after every run.
+
+    One run at a commit: every case once (``repeat`` = the runs already made there, so logs
+    and stored results of reruns stay apart) through ``runner`` (a ``RefRunner``), stored as
+    a child run of ``parent``.
+    """
+    from harness.engine import Planned
+    results: list[Result] = []
+    while (index := state.next_index()) is not None:
+        commit = state.commits[index]
+        prepared = runner.prepare(commit.short, commit)
+        attempt = sum(1 for step in state.steps if step["index"] == index)
+        planned = [Planned(i, case, attempt) for i, case in enumerate(cases)]
+        recorded = runner.run(prepared, planned, kind="bisect-step", parent_id=parent, command=command,
+                              extra={"bisect_index": index})
+        results.extend(recorded.results)
+        observed = state.record(index, recorded.results, recorded.run_id)
+        save()
+        if on_step:
+            on_step(index, observed, recorded.results)
+    return results
 
 
 class BisectError(Exception):

@@ -23,7 +23,8 @@ from harness.classify import default_rules
 from harness.devices import DeviceError, parse_device, parse_device_list
 from harness import flake, refcompare, refs
 from harness.engine import Planned, RunOptions
-from harness.bisect import CLEAN, SIGHTED, BisectError, BisectState, Signature, SignatureError, observe, render_report
+from harness.bisect import (CLEAN, SIGHTED, BisectError, BisectState, Signature, SignatureError, observe,
+                            render_report, run_steps)
 from harness.bisect_search import FlakyBisect
 from harness.flake import SEED_MODES, HuntOptions
 from harness.matrix import MatrixError, load_paths, select
@@ -665,31 +666,25 @@ def _bisect_resume(args, store: Store):
         cases = [Case.from_wire(c) for c in saved["cases"]]
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"--resume {args.resume}: the stored bisect state does not read ({exc})") from None
-    print(f"bisect {args.resume}: resuming after {state.search.runs} runs")
+    print(f"bisect {args.resume}: resuming after {len(state.steps)} steps ({state.search.runs} recorded runs)")
     return args.resume, saved, cases, state
 
 
 def _bisect_loop(args, runner: RefRunner, store: Store, parent: str, saved: dict, cases: list[Case],
                  state: BisectState) -> list[Result]:
-    results: list[Result] = []
-    while (index := state.next_index()) is not None:
-        commit = state.commits[index]
-        prepared = runner.prepare(commit.short, commit)
-        attempt = sum(1 for step in state.steps if step["index"] == index)
-        planned = [Planned(i, case, attempt) for i, case in enumerate(cases)]
-        recorded = runner.run(prepared, planned, kind="bisect-step", parent_id=parent, command=sys.argv,
-                              extra={"bisect_index": index})
-        results.extend(recorded.results)
-        observed = state.record(index, recorded.results, recorded.run_id)
-        store.update_extra(parent, {"bisect": {"options": saved, "state": state.to_dict()}})   # --resume point
+    def save() -> None:   # the --resume point, after every run
+        store.update_extra(parent, {"bisect": {"options": saved, "state": state.to_dict()}})
+
+    def say(index: int, observed: str, results: list[Result]) -> None:
         answer = state.search.answer()
+        commit = state.commits[index]
         where = "good" if index == 0 else "bad" if index == state.n else f"{index}/{state.n}"
-        labels = ", ".join(sorted({r.label for r in recorded.results}))
+        labels = ", ".join(sorted({r.label for r in results}))
         best = (f"; best {state.commits[answer.first].short} {100 * answer.probability:.1f}%"
                 if answer.first is not None else "")
-        print(f"run {state.search.runs + sum(state.inconclusive.values())}: {commit.short} ({where}) {observed}"
-              f" [{labels}]{best}", flush=True)
-    return results
+        print(f"step {len(state.steps)}: {commit.short} ({where}) {observed} [{labels}]{best}", flush=True)
+
+    return run_steps(state, runner, cases, parent=parent, command=sys.argv, save=save, on_step=say)
 
 
 # -- bisect-run ---------------------------------------------------------------------

@@ -130,7 +130,7 @@ def test_bisect_finds_a_flaky_culprit_and_resumes_after_a_kill(tmp_path, golden_
     resumed = run_harness("bisect", "--resume", bisect_id, "--json", str(out), *common, cwd=tmp_path,
                           env=counter_env, timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert f"resuming after {runs_before} runs" in resumed.stdout
+    assert f"resuming after {runs_before} steps" in resumed.stdout
     assert f"first bad commit: {info.culprit_sha}" in resumed.stdout
     report = json.loads(out.read_text())["bisect"]
     assert report["verdict"] == "FOUND" and report["culprit"]["sha"] == info.culprit_sha
