@@ -508,52 +508,27 @@ def cmd_compare(args) -> int:
 def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
     cases = _load(args)
     devices = _devices(args)
-    setup = _ref_setup(args)
     with _session_golden_cache(args) as golden_cache, \
-            RefRunner(setup, run_options(args, devices, golden_cache=golden_cache), store) as runner:
+            RefRunner(_ref_setup(args), run_options(args, devices, golden_cache=golden_cache), store) as runner:
         commits = [(name, runner.resolve(name, rev)) for name, rev in named]    # every ref resolves, or exit 2
-        names = [name for name, _ in commits]
-        parent = store.start_run(command=sys.argv, devices=[str(d) for d in devices], kind="compare",
-                                 extra={"refs": [{"name": n, "sha": c.sha, "subject": c.subject} for n, c in commits],
-                                        "repeat": args.repeat, "cases": [c.case_id for c in cases]})
-        planned = flake.plan(cases, HuntOptions(repeat=args.repeat))
-        planned = [replace(p, bitwise=False) for p in planned]
-        results: list[Result] = []
-        provenance: list[dict] = []
-        device_info: dict = {}
-        started = time.time()
-        for name, commit in commits:
-            prepared = runner.prepare(name, commit)
-            provenance.append(prepared.provenance)
-            state = "built" if prepared.build and prepared.ok else "BUILD FAILED" if not prepared.ok else "ready"
+
+        def announce(name, commit, prepared) -> None:
+            state = "BUILD FAILED" if not prepared.ok else "built" if prepared.build else "ready"
             print(f"== {name} {commit.short} {commit.subject}  [{state}]", flush=True)
-            reporter = Reporter(total=len(planned), plain=_plain(args),
-                                line=lambda r: f"  {name}: " + flake.iteration_line(r, True))
-            with reporter:
-                recorded = runner.run(prepared, planned, kind="compare-ref", parent_id=parent, command=sys.argv,
-                                      on_start=lambda p, w: reporter.started(p.case.case_id, str(w.device)),
-                                      on_result=lambda p, r: reporter.finished(r))
-            results.extend(recorded.results)
-            device_info.update(recorded.provenance.get("devices", {}))
-            store.update_extra(parent, {"done": [*store.run(parent)["extra"].get("done", []), name]})
-    rows = refcompare.table(results, names)
-    _print_compare(rows, commits, args.repeat)
-    summary = summarize(results)
-    store.finish_run(parent, {**summary, "compare": [{k: r[k] for k in ("case_id", "cells", "verdict", "p_value")}
-                                                     for r in rows]})
-    doc = build_document(results, started=started, devices=[str(d) for d in devices], command=sys.argv,
-                         provenance={"run": run_provenance(), "devices": device_info, "refs": provenance},
-                         run_id=parent, kind="compare",
-                         refs=[{"name": p["name"], "sha": p["sha"], "subject": p["subject"], "build": p["build"]}
-                               for p in provenance],
-                         compare=rows)
-    for path in write_outputs(_outputs(args), doc):
+
+        def reporter(name: str, total: int) -> Reporter:
+            return Reporter(total=total, plain=_plain(args), line=lambda r: f"  {name}: " + flake.iteration_line(r, True))
+
+        done = refcompare.run_compare(runner, store, cases, commits, args.repeat, command=sys.argv,
+                                      devices=[str(d) for d in devices], announce=announce, reporter=reporter)
+    names = [name for name, _ in commits]
+    _print_compare(done.rows, commits, args.repeat)
+    for path in write_outputs(_outputs(args), done.document(sys.argv)):
         print(f"wrote {path}")
     if not args.no_store:
-        print(f"compare {parent} stored in {store.path}")
-    last = names[-1]
-    candidate_failed = any(r.outcome.failed for r in results if r.ref == last)
-    regressed = any(r["verdict"] == "regressed" for r in rows)
+        print(f"compare {done.parent} stored in {store.path}")
+    candidate_failed = any(r.outcome.failed for r in done.results if r.ref == names[-1])
+    regressed = any(r["verdict"] == "regressed" for r in done.rows)
     return EXIT_FAILED if candidate_failed or regressed else EXIT_OK
 
 

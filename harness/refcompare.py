@@ -9,9 +9,16 @@ every ref.
 """
 from __future__ import annotations
 
+import contextlib
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
 from harness import flake
 from harness.outcomes import Outcome, Result
+from harness.provenance import run_provenance
 from harness.reports.document import cell_text, label_counts
+from harness.reports.json_report import build_document, summarize
 
 SIGNIFICANCE = 0.05
 VERDICTS = ("fixed", "improved", "regressed", "flaky", "unchanged (clean)", "unchanged (failing)",
@@ -78,3 +85,65 @@ def verdict_detail(row: dict, ref_names: list[str]) -> str:
     first, last = ref_names[0], ref_names[-1]
     return (f"{row['verdict']}: {first} {rate(row['flake'][first])} -> {last} {rate(row['flake'][last])}, "
             f"Fisher p = {row['p_value']:.3g}")
+
+
+# -- running a compare ------------------------------------------------------------
+
+@dataclass
+class Compared:
+    """A finished (or interrupted) compare: its parent run, every ref's results and provenance."""
+
+    parent: str
+    names: list[str]
+    devices: list[str]
+    started: float
+    results: list[Result] = field(default_factory=list)
+    refs: list[dict] = field(default_factory=list)          # each ref's provenance (sha, subject, build, env)
+    device_info: dict = field(default_factory=dict)
+
+    @property
+    def rows(self) -> list[dict]:
+        return table(self.results, self.names)
+
+    def document(self, command: list[str]) -> dict:
+        return build_document(
+            self.results, started=self.started, devices=self.devices, command=command,
+            provenance={"run": run_provenance(), "devices": self.device_info, "refs": self.refs},
+            run_id=self.parent, kind="compare", compare=self.rows,
+            refs=[{"name": r["name"], "sha": r["sha"], "subject": r["subject"], "build": r["build"]}
+                  for r in self.refs])
+
+
+def run_compare(runner, store, cases: list, commits: list[tuple[str, object]], repeat: int, *,
+                command: list[str], devices: list[str], announce: Callable | None = None,
+                reporter: Callable[[str, int], object] | None = None) -> Compared:
+    """Every case ``repeat`` times on every ref (a ``RefRunner``), each ref a child run of one
+    ``compare`` run; the parent's summary holds the table.  ``reporter(name, total)`` gives a
+    context manager with ``started``/``finished`` (the terminal) for each ref."""
+    names = [name for name, _ in commits]
+    parent = store.start_run(command=command, devices=devices, kind="compare",
+                             extra={"refs": [{"name": n, "sha": c.sha, "subject": c.subject} for n, c in commits],
+                                    "repeat": repeat, "cases": [c.case_id for c in cases]})
+    done = Compared(parent, names, devices, time.time())
+    planned = [replace(p, bitwise=False) for p in flake.plan(cases, flake.HuntOptions(repeat=repeat))]
+    try:
+        for name, commit in commits:
+            prepared = runner.prepare(name, commit)
+            done.refs.append(prepared.provenance)
+            if announce:
+                announce(name, commit, prepared)
+            shown = reporter(name, len(planned)) if reporter else None
+            with shown if shown is not None else contextlib.nullcontext():
+                recorded = runner.run(
+                    prepared, planned, kind="compare-ref", parent_id=parent, command=command,
+                    on_start=(lambda p, w: shown.started(p.case.case_id, str(w.device))) if shown else None,
+                    on_result=(lambda p, r: shown.finished(r)) if shown else None)
+            done.results.extend(recorded.results)
+            done.device_info.update(recorded.provenance.get("devices", {}))
+            store.update_extra(parent, {"done": [*store.run(parent)["extra"].get("done", []), name]})
+    finally:
+        rows = table(done.results, names) if done.results else []
+        store.finish_run(parent, {**summarize(done.results),
+                                  "compare": [{k: r[k] for k in ("case_id", "cells", "verdict", "p_value")}
+                                              for r in rows]})
+    return done
