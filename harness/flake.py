@@ -80,6 +80,7 @@ class StopRules:
         self.deadline = start + 60.0 * options.max_minutes if options.max_minutes else None
         self.failures: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
+        self.started: Counter[str] = Counter()
         self.deadline_hit = False
 
     def record(self, result: Result) -> None:
@@ -91,10 +92,12 @@ class StopRules:
         if stop_after is not None and self.failures[p.case.case_id] >= stop_after:
             self.dropped[p.case.case_id] += 1
             return False
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        # past the deadline, a case that has run once stops (one run each, even when start-up ate the time)
+        if self.deadline is not None and time.monotonic() >= self.deadline and self.started[p.case.case_id]:
             self.deadline_hit = True
             self.dropped[p.case.case_id] += 1
             return False
+        self.started[p.case.case_id] += 1
         return True
 
 

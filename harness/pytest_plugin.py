@@ -236,7 +236,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if path_and_id is None or not items:
         return
     from harness.provenance import run_provenance
-    from harness.store import Store, StoreError, planned_entry
+    from harness.store import Store, StoreError, planned_entries
     path, run_id = path_and_id
     try:
         store = Store(path)
@@ -247,7 +247,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     command = getattr(config, "workerinput", {}).get("mainargv", sys.argv)
     store.start_run(run_id=run_id, kind="pytest", command=list(command), devices=_devices(config),
                     provenance={"run": info}, env=info["env"],
-                    cases=[planned_entry(i.case, i.repeat or 0) for i in items],
+                    cases=planned_entries((i.case, i.repeat or 0) for i in items),
                     extra={"options": {"kernel_paths": sorted(info["kernel_paths"]),
                                        "golden_dtype": config.getoption("--golden-dtype"),
                                        "tier": "all" if config.getoption("--harness-tier") == "all" else "auto"}})

@@ -25,7 +25,7 @@ from harness.pool import case_fields
 from harness.provenance import run_provenance
 from harness.reports.json_report import summarize
 from harness.session import Recorded, execute
-from harness.store import Store, planned_entry
+from harness.store import Store, planned_entries
 
 DEFAULT_ENV = ("PYTHONPATH={worktree}:{PYTHONPATH}",)
 DEFAULT_BUILD_TIMEOUT_S = 1800.0
@@ -141,7 +141,7 @@ class RefRunner:
         run_info = run_provenance(self.base.worker.kernel_paths)
         devices = [str(d) for d in self.base.devices]
         run_id = self.store.start_run(command=command, devices=devices, provenance={"run": run_info},
-                                      env=run_info["env"], cases=[planned_entry(p.case, p.repeat) for p in planned],
+                                      env=run_info["env"], cases=planned_entries((p.case, p.repeat) for p in planned),
                                       kind=kind, parent_id=parent_id, ref=ref.name, ref_sha=ref.commit.sha,
                                       extra=extra)
         recorded = Recorded(run_id, [], {"run": run_info}, time.time(), devices)

@@ -17,7 +17,7 @@ from harness.engine import Engine, Planned, RunOptions
 from harness.outcomes import Result
 from harness.provenance import run_provenance
 from harness.reports.json_report import build_document, summarize
-from harness.store import Store, planned_entry
+from harness.store import Store, planned_entries
 
 
 @dataclass
@@ -80,7 +80,7 @@ def execute(planned: list[Planned], options: RunOptions, store: Store, *, kind: 
     run_info = run_provenance(options.worker.kernel_paths)
     run_id = store.start_run(
         command=command or sys.argv, devices=devices, provenance={"run": run_info}, env=run_info["env"],
-        cases=[planned_entry(p.case, p.repeat) for p in planned], kind=kind, parent_id=parent_id, ref=ref,
+        cases=planned_entries((p.case, p.repeat) for p in planned), kind=kind, parent_id=parent_id, ref=ref,
         ref_sha=ref_sha, resumed_from=resumed_from, extra=extra)
     recorded = Recorded(run_id, [], {"run": run_info}, started, devices)
 

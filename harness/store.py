@@ -149,6 +149,20 @@ def planned_entry(case: Any, repeat: int = 0) -> dict:
             "case": case.to_wire()}
 
 
+def planned_entries(items: Iterable[tuple[Any, int]]) -> list[dict]:
+    """``planned_entry`` for each ``(case, repeat)``, the wire form written once per distinct case
+    (a hunt of 1000 iterations plans one case definition, not 1000 copies of it)."""
+    out, seen = [], set()
+    for case, repeat in items:
+        entry = planned_entry(case, repeat)
+        key = (case.case_id, entry["seed"])
+        if key in seen:
+            entry["case"] = None
+        seen.add(key)
+        out.append(entry)
+    return out
+
+
 def check_path(path: str | os.PathLike, *, create: bool = True) -> Path:
     """Validate a store path without opening it; raise ``StoreError`` naming the path.
 
@@ -500,12 +514,16 @@ class Store:
 
     def missing(self, run_id: str) -> list[dict]:
         """The planned entries (as ``planned_cases``) with no result in this run or any run resumed
-        from it: exactly what ``--resume`` must run."""
+        from it: exactly what ``--resume`` must run.  An entry planned without its wire form
+        (a repeat; see ``planned_entries``) gets that of the same case and seed."""
         ids = self._chain(run_id)
         marks = ",".join("?" * len(ids))
         done = {(r["case_id"], r["repeat"]) for r in self._query(
             f"SELECT DISTINCT case_id, repeat FROM results WHERE run_id IN ({marks})", ids)}
-        return [p for p in self.planned_cases(run_id) if (p["case_id"], p["repeat"]) not in done]
+        planned = self.planned_cases(run_id)
+        wires = {(p["case_id"], p["seed"]): p["case"] for p in planned if p["case"] is not None}
+        return [{**p, "case": p["case"] if p["case"] is not None else wires.get((p["case_id"], p["seed"]))}
+                for p in planned if (p["case_id"], p["repeat"]) not in done]
 
     def durations(self, device: str | None = None) -> dict[str, float]:
         """Median ``duration_s`` per case id over every stored result that ran (not SKIPPED).

@@ -111,6 +111,17 @@ def test_until_fail_stops_the_case_at_its_first_failure(tmp_path, golden_cache_d
     assert f"stopped after 1 failure(s); {50 - first - 1} iterations not run" in proc.stdout
 
 
+def test_max_minutes_stops_starting_iterations(tmp_path, golden_cache_dir):
+    cases = _cases(tmp_path, "ref", "reference")
+    out = tmp_path / "hunt.json"
+    proc = _flake(tmp_path, golden_cache_dir, str(cases), "--repeat", "3000", "--max-minutes", "0.01",
+                  "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    n = len(json.loads(out.read_text())["results"])
+    assert 1 <= n < 3000
+    assert f"--max-minutes 0.01 reached: {3000 - n} iterations not started" in proc.stdout
+
+
 def test_compare_two_stored_hunts_with_fisher(tmp_path, golden_cache_dir):
     racy, ref = _cases(tmp_path, "racy", "racy_head"), tmp_path / "cases" / "fixed.yaml"
     # "after the fix": the same case id, the reference kernel

@@ -65,10 +65,12 @@ def test_stop_after_k_failures_drops_only_that_case():
     assert rules.dropped == {"a": 1}
 
 
-def test_deadline_drops_everything_after_it():
+def test_deadline_drops_everything_after_each_cases_first_run():
     rules = flake.StopRules(flake.HuntOptions(repeat=10, max_minutes=1), now=-10_000.0)
-    assert not rules.should_run(Planned(0, _case(), 0))
-    assert rules.deadline_hit
+    a, b = _case("a"), _case("b")
+    assert rules.should_run(Planned(0, a, 0)) and rules.should_run(Planned(1, b, 0))   # one run each, at least
+    assert not rules.should_run(Planned(2, a, 1)) and not rules.should_run(Planned(3, b, 1))
+    assert rules.deadline_hit and rules.dropped == {"a": 1, "b": 1}
 
 
 # -- summaries ----------------------------------------------------------------------

@@ -458,3 +458,22 @@ def test_strict_json_on_disk(tmp_path):
         prov = conn.execute("SELECT provenance FROM runs").fetchone()[0]
     assert json.loads(data)["metrics"] == {"m": "Infinity"} and json.loads(prov) == {"x": None}
     assert "NaN" not in data and not math.isnan(json.loads(data)["duration_s"])
+
+
+def test_repeats_plan_one_wire_form_and_resume_still_gets_it():
+    class FakeCase:
+        def __init__(self, case_id, seed):
+            self.case_id, self.seed = case_id, seed
+
+        def to_wire(self):
+            return {"id": self.case_id, "seed": self.seed}
+
+    from harness.store import MemoryStore, planned_entries
+    a, b = FakeCase("a", 1), FakeCase("b", 2)
+    entries = planned_entries([(a, 0), (b, 0), (a, 1), (b, 1), (a, 2)])
+    assert [e["case"] is not None for e in entries] == [True, True, False, False, False]
+    store = MemoryStore()
+    run = store.start_run(command=["x"], devices=["cpu"], cases=entries)
+    missing = store.missing(run)
+    assert [(e["case_id"], e["repeat"]) for e in missing] == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2)]
+    assert all(e["case"] == {"id": e["case_id"], "seed": e["seed"]} for e in missing)
