@@ -150,6 +150,9 @@ def summarize_case(results: list[Result], conf: float = 0.95, target_rate: float
         "upper_one_sided": est.upper_one_sided,
         "seeds": sorted({r.seed for r in ran if r.seed is not None})[:1000],
         "devices": sorted({r.device for r in ran}),
+        "by_device": {d: {"runs": sum(r.device == d for r in ran),
+                          "failures": sum(r.device == d and r.outcome.failed for r in ran)}
+                      for d in sorted({r.device for r in ran})},
         "first_failure": None, "determinism": _determinism(ran),
     }
     if failures:
@@ -232,6 +235,10 @@ def summary_lines(case_id: str, s: dict) -> list[str]:
     lines = [f"{case_id}: {s['total']} runs on {', '.join(s['devices']) or '-'}"
              + (f" ({s['skipped']} skipped)" if s["skipped"] else ""),
              f"  {outcome_phrase(s)}", f"  {rate_phrase(s)}"]
+    by_device = s.get("by_device") or {}
+    if len(by_device) > 1:   # a flake on one device only is a hardware or placement clue
+        lines.append("  per device: " + ", ".join(f"{d} {v['failures']}/{v['runs']} failed"
+                                                  for d, v in by_device.items()))
     f = s.get("first_failure")
     if f:
         lines.append(f"  first failure: iter {f['repeat']} seed {f['seed']}: {f['label']}: {f['summary']}")

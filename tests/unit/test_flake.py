@@ -1,6 +1,8 @@
 """Flake hunts without processes: plans, stop rules, per-case summaries, text, hunt comparison."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from harness import flake
@@ -161,3 +163,13 @@ def test_compare_hunts_keeps_shared_cases_only():
     assert rows[0]["p_value"] == pytest.approx(0.000436, abs=1e-6)
     assert flake.comparison_line(rows[0]) == ("a: 10/20 failed (50.0%) -> 0/20 failed (0%); "
                                               "Fisher exact p = 0.000436: fixed")
+
+
+def test_failures_are_broken_down_per_device_when_a_hunt_spans_several():
+    results = [replace(_result(Outcome.MISMATCH if i % 4 == 3 else Outcome.PASS, i), device=f"npu:{i % 2}")
+               for i in range(8)]
+    s = flake.summarize_case(results)
+    assert s["by_device"] == {"npu:0": {"runs": 4, "failures": 0}, "npu:1": {"runs": 4, "failures": 2}}
+    assert "  per device: npu:0 0/4 failed, npu:1 2/4 failed" in flake.summary_lines("c", s)
+    single = flake.summarize_case([_result(Outcome.PASS, 0)])
+    assert not any("per device" in line for line in flake.summary_lines("c", single))
