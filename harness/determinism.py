@@ -1,8 +1,8 @@
 """Bitwise determinism across the iterations of a fixed-seed flake hunt (runs in the device worker).
 
 With identical inputs, a deterministic kernel writes identical bits every time.
-The first iteration that launches saves every output and cache (as they were
-after the kernel) to a *baseline* file; every later iteration compares its
+The first iteration that passes its checks saves every output and cache (as
+they were after the kernel) to a *baseline* file; every later iteration compares its
 buffers with it bit for bit, and a difference is localised like a mismatch
 (per batch row, head, page...) with the greatest value difference, so "bits
 differ but values are close" (a reduction order that changes) and "one head is
@@ -139,8 +139,13 @@ class Baselines:
 
 
 def check(baselines: Baselines, path: str, op: OpSpec, outputs: dict[str, torch.Tensor],
-          caches: dict[str, torch.Tensor], repeat: int) -> dict[str, Any]:
-    """Compare this iteration's buffers with the baseline at ``path`` (saving it when there is none).
+          caches: dict[str, torch.Tensor], repeat: int, passed: bool = True) -> dict[str, Any]:
+    """Compare this iteration's buffers with the baseline at ``path``.
+
+    The baseline is the first iteration that *passed* its checks (``passed``): a torn
+    first run must not make every clean one look different.  Until there is one, an
+    iteration is not compared (``identical`` None) but still leaves its ``digests``, so a
+    hunt whose every iteration fails can still say whether the bits varied.
 
     Returns the ``determinism`` metrics: ``baseline`` (True when this iteration became the
     baseline), ``baseline_repeat``, ``identical``, ``digests`` per buffer, ``differs`` (the
@@ -151,6 +156,9 @@ def check(baselines: Baselines, path: str, op: OpSpec, outputs: dict[str, torch.
     axes.update({a.name: CACHE_AXES for a in op.caches})
     digests = {name: digest(t) for name, t in buffers.items()}
     found = baselines.get(path)
+    if found is None and not passed:
+        return {"baseline": False, "baseline_repeat": None, "identical": None, "digests": digests,
+                "differs": [], "report": ""}
     if found is None:
         baselines.save(path, buffers, repeat)
         found = baselines.get(path)

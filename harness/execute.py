@@ -89,7 +89,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         bits = None
         if baseline:
             bits = _stage("determinism", determinism.check, baselines or determinism.Baselines(), baseline,
-                          ci.op, launched.outputs, launched.caches, repeat)
+                          ci.op, launched.outputs, launched.caches, repeat, verdict.outcome.passed)
         t4 = time.perf_counter()
     except Stage as tagged:
         exc = tagged.exc

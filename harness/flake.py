@@ -104,32 +104,42 @@ class StopRules:
 # -- summaries ------------------------------------------------------------------
 
 def _determinism(results: list[Result]) -> dict | None:
-    """What the bitwise comparisons of a fixed-seed hunt found, or None when none ran."""
+    """What the bitwise comparisons of a fixed-seed hunt found, or None when none ran.
+
+    Two views: the bit patterns (a digest per buffer, recorded by every iteration that
+    launched, so also when every iteration failed) and the localised comparisons with the
+    baseline, the first iteration that passed its checks."""
     checked = [r for r in results if isinstance(r.metrics.get("determinism"), dict)]
     if not checked:
         return None
+    patterns = Counter(tuple(sorted(r.metrics["determinism"].get("digests", {}).items())) for r in checked)
+    variants, top = len(patterns), patterns.most_common(1)[0][1]
     compared = [r for r in checked if r.metrics["determinism"].get("identical") is not None
                 and not r.metrics["determinism"].get("baseline")]
     differing = [r for r in compared if r.metrics["determinism"]["identical"] is False]
-    variants = {tuple(sorted(r.metrics["determinism"].get("digests", {}).items())) for r in checked}
     base = next((r.metrics["determinism"].get("baseline_repeat") for r in compared), None)
-    out = {"checked": len(checked), "compared": len(compared), "identical": not differing,
-           "differing": [r.repeat for r in differing], "variants": len(variants), "baseline_repeat": base}
-    if not compared:
-        out["summary"] = "not compared: fewer than two iterations reached the checks"
+    out = {"checked": len(checked), "compared": len(compared), "variants": variants, "most_common": top,
+           "identical": variants == 1, "differing": [r.repeat for r in differing], "baseline_repeat": base}
+    if len(checked) < 2:
         out["identical"] = None
+        out["summary"] = "not compared: fewer than two iterations reached the checks"
         return out
-    if not differing:
-        out["summary"] = (f"bitwise identical: every output and cache of {len(compared)} iterations matched "
-                          f"iteration {base} bit for bit")
+    n = len(checked)
+    if variants == 1:
+        out["summary"] = f"bitwise identical: all {n} iterations gave the same bits in every output and cache"
         return out
-    first = differing[0]
-    buffers = sorted({d["name"] for r in differing for d in r.metrics["determinism"].get("differs", [])})
-    within = sum(1 for r in differing if r.outcome.passed)
-    out["summary"] = (f"NONDETERMINISTIC: {len(differing)} of {len(compared)} iterations differ bitwise from "
-                      f"iteration {base} ({', '.join(buffers)}); {within} of them still within tolerance; "
-                      f"{len(variants)} distinct bit patterns")
-    out["first"] = {"repeat": first.repeat, "log": first.log, "report": first.metrics["determinism"].get("report", "")}
+    text = f"NONDETERMINISTIC: {n} iterations gave {variants} distinct bit patterns (the most common: {top} of {n})"
+    if differing:
+        buffers = sorted({d["name"] for r in differing for d in r.metrics["determinism"].get("differs", [])})
+        within = sum(1 for r in differing if r.outcome.passed)
+        text += (f"; {len(differing)} of {len(compared)} differ bitwise from iteration {base}, the first that "
+                 f"passed ({', '.join(buffers)}); {within} of them still within tolerance")
+        first = differing[0]
+        out["first"] = {"repeat": first.repeat, "log": first.log,
+                        "report": first.metrics["determinism"].get("report", "")}
+    elif base is None:
+        text += "; no iteration passed its checks, so none was compared element by element"
+    out["summary"] = text
     return out
 
 

@@ -78,3 +78,19 @@ def test_a_torn_baseline_file_is_replaced(tmp_path):
     path = tmp_path / "case.safetensors"
     path.write_bytes(b"not safetensors")
     assert determinism.Baselines().get(str(path)) is None
+
+
+def test_a_failing_iteration_never_becomes_the_baseline(tmp_path):
+    op = OPS["rope_kv_write"]
+    path = str(tmp_path / "case.safetensors")
+    cache = torch.zeros((2, 4, 2, 16), dtype=torch.bfloat16)
+    torn, good = _query(), _query()
+    torn[:, 1] = 3.0
+    caches = {"k_cache": cache, "v_cache": cache.clone()}
+    first = determinism.check(determinism.Baselines(), path, op, {"query": torn}, caches, 0, passed=False)
+    assert first["identical"] is None and not first["baseline"] and first["digests"]["query"]
+    second = determinism.check(determinism.Baselines(), path, op, {"query": good}, caches, 1, passed=True)
+    assert second["baseline"] and second["baseline_repeat"] == 1
+    third = determinism.check(determinism.Baselines(), path, op, {"query": torn}, caches, 2, passed=False)
+    assert third["identical"] is False and third["baseline_repeat"] == 1      # compared once a baseline exists
+    assert third["differs"][0]["localisation"]["head"] == [0.0, 1.0, 0.0, 0.0]

@@ -114,17 +114,19 @@ def test_determinism_finding_counts_differing_iterations_and_variants():
                _result(Outcome.MISMATCH, 3, det=_det(3, False, digest="c"))]
     d = flake.summarize_case(results)["determinism"]
     assert d["identical"] is False and d["compared"] == 3 and d["differing"] == [2, 3] and d["variants"] == 3
-    assert d["summary"].startswith("NONDETERMINISTIC: 2 of 3 iterations differ bitwise from iteration 0 (query); "
-                                   "1 of them still within tolerance")
+    assert d["summary"] == ("NONDETERMINISTIC: 4 iterations gave 3 distinct bit patterns (the most common: 2 of 4); "
+                            "2 of 3 differ bitwise from iteration 0, the first that passed (query); "
+                            "1 of them still within tolerance")
     assert d["first"]["repeat"] == 2
     clean = flake.summarize_case(results[:2])["determinism"]
-    assert clean["identical"] is True and "bitwise identical" in clean["summary"]
+    assert clean["summary"] == "bitwise identical: all 2 iterations gave the same bits in every output and cache"
+    assert clean["identical"] is True
     assert flake.summarize_case([_result(Outcome.PASS, 0)])["determinism"] is None   # fresh seeds
 
 
 def test_hunt_fails_on_failures_or_varying_bits_unless_allowed():
     flaky_bits = {"c": flake.summarize_case([_result(Outcome.PASS, 0, det=_det(0, True, True)),
-                                             _result(Outcome.PASS, 1, det=_det(1, False))])}
+                                             _result(Outcome.PASS, 1, det=_det(1, False, digest="b"))])}
     assert flake.hunt_failed(flaky_bits)
     assert not flake.hunt_failed(flaky_bits, allow_nondeterministic=True)
     assert flake.hunt_failed({"c": flake.summarize_case([_result(Outcome.HANG, 0)])}, True)
@@ -173,3 +175,15 @@ def test_failures_are_broken_down_per_device_when_a_hunt_spans_several():
     assert "  per device: npu:0 0/4 failed, npu:1 2/4 failed" in flake.summary_lines("c", s)
     single = flake.summarize_case([_result(Outcome.PASS, 0)])
     assert not any("per device" in line for line in flake.summary_lines("c", single))
+
+
+def test_bits_that_vary_are_seen_even_when_no_iteration_passed():
+    """Every iteration failed: no baseline, nothing compared element-wise, but the digests still tell."""
+    nothing = {"baseline": False, "baseline_repeat": None, "identical": None, "differs": [], "report": ""}
+    varied = [_result(Outcome.MISMATCH, i, det={**nothing, "digests": {"query": "abc"[i]}}) for i in range(3)]
+    d = flake.summarize_case(varied)["determinism"]
+    assert d["identical"] is False and d["compared"] == 0 and d["variants"] == 3
+    assert d["summary"] == ("NONDETERMINISTIC: 3 iterations gave 3 distinct bit patterns (the most common: 1 of 3); "
+                            "no iteration passed its checks, so none was compared element by element")
+    same = [_result(Outcome.MISMATCH, i, det={**nothing, "digests": {"query": "a"}}) for i in range(3)]
+    assert flake.summarize_case(same)["determinism"]["identical"] is True     # deterministically wrong
