@@ -37,7 +37,7 @@ from harness.reports.html import write_html  # noqa: E402
 from harness.reports.json_report import build_document  # noqa: E402
 from harness.reports.junit import write_junit  # noqa: E402
 from harness.reports.markdown import render_markdown  # noqa: E402
-from harness.reports.writers import _atomic_text  # noqa: E402
+from harness.reports.atomic import write_text  # noqa: E402
 
 GOAL_TOTAL_S = 10.0
 GOAL_HTML_MB = 20.0
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
               f"not timed); median of {args.repeats} rounds, torch {torch.__version__}")
         renderers = {
             "junit": lambda: write_junit(out / "report.xml", doc),
-            "markdown": lambda: _atomic_text(out / "report.md", render_markdown(doc)),
+            "markdown": lambda: write_text(out / "report.md", render_markdown(doc)),
             "html": lambda: write_html(out / "report.html", doc),
         }
         times: dict[str, list[float]] = {name: [] for name in renderers}
