@@ -149,6 +149,11 @@ class BisectState:
                    inconclusive={int(k): v for k, v in data.get("inconclusive", {}).items()})
 
     # -- the answer ---------------------------------------------------------------
+    def endpoint_refs(self) -> list[dict]:
+        """The two endpoints as report ``refs`` (a bisect document's columns)."""
+        return [{"name": name, "sha": c.sha, "subject": c.subject}
+                for name, c in (("good", self.commits[0]), ("bad", self.commits[-1]))]
+
     def report(self) -> dict[str, Any]:
         answer = self.search.answer()
         post = self.search.posterior()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
-import json
 import os
 import secrets
 import sys
@@ -35,6 +34,7 @@ from harness.reports.terminal import Reporter
 from harness.provenance import git_revision, run_provenance
 from harness.refrun import DEFAULT_ENV, RefRunner, RefSetup
 from harness.reports.json_report import build_document, summarize
+from harness.reports.document import load_document, results_of
 from harness.reports.stored import stored_document
 from harness.session import Outputs, execute, write_outputs
 from harness.shard import ShardError, parse_shard, select_shard, shard_info
@@ -459,10 +459,9 @@ def _hunt_summaries(ref: str, store_path: str, conf: float) -> tuple[str, dict[s
     path = Path(ref)
     if path.is_file():
         try:
-            doc = json.loads(path.read_text())
-            results = [Result.from_json(r) for r in doc["results"]]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise UsageError(f"--compare {ref}: not a harness --json file ({type(exc).__name__}: {exc})") from None
+            results = results_of(load_document(path))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"--compare {ref}: {exc}") from None
         return str(path), flake.summarize_hunt(results, conf)
     try:
         store = Store(store_path)
@@ -622,8 +621,7 @@ def _bisect(args, signature, store: Store) -> int:
     store.finish_run(parent, {**summarize(results), "bisect": report})
     doc = build_document(results, started=time.time(), devices=saved["devices"], command=sys.argv,
                          provenance={"run": run_provenance()}, run_id=parent, kind="bisect", bisect=report,
-                         refs=[{"name": "good", "sha": state.commits[0].sha, "subject": state.commits[0].subject},
-                               {"name": "bad", "sha": state.commits[-1].sha, "subject": state.commits[-1].subject}])
+                         refs=state.endpoint_refs())
     for path in write_outputs(_outputs(args), doc):
         print(f"wrote {path}")
     if not args.no_store:
@@ -728,7 +726,6 @@ def cmd_report(args) -> int:
 
 def _stored_document(args) -> dict:
     if args.source and Path(args.source).is_file():
-        from harness.reports.document import load_document
         try:
             return load_document(args.source)
         except (OSError, ValueError) as exc:

@@ -11,7 +11,6 @@ other, so tables and the store show it.
 """
 from __future__ import annotations
 
-import os
 import re
 import time
 from dataclasses import dataclass, replace
@@ -23,6 +22,7 @@ from harness.engine import Engine, Planned, RunOptions
 from harness.outcomes import Outcome, Result
 from harness.pool import case_fields
 from harness.provenance import run_provenance
+from harness.reports.document import log_tail
 from harness.reports.json_report import summarize
 from harness.session import Recorded, execute
 from harness.store import Store, planned_entries
@@ -137,7 +137,7 @@ class RefRunner:
         build = ref.build
         why = "timed out" if build.timed_out else f"exited {build.returncode}"
         summary = f"build of {ref.name} ({ref.commit.short}) {why}: {self.setup.build} (log {build.log_path})"
-        tail = _tail(build.log_path)
+        tail = log_tail(build.log_path, lines=80, max_bytes=4000) or ""
         run_info = run_provenance(self.base.worker.kernel_paths)
         devices = [str(d) for d in self.base.devices]
         run_id = self.store.start_run(command=command, devices=devices, provenance={"run": run_info},
@@ -156,14 +156,3 @@ class RefRunner:
                 on_result(p, r)
         self.store.finish_run(run_id, summarize(recorded.results))
         return recorded
-
-
-def _tail(path: Path, limit: int = 4000) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - limit))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""

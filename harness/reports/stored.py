@@ -35,8 +35,7 @@ def stored_document(store: Store, run_id: str) -> dict:
             from harness.bisect import BisectState
             state = BisectState.from_dict(extra["bisect"]["state"])
             keys["bisect"] = state.report()
-            keys["refs"] = [{"name": "good", "sha": state.commits[0].sha, "subject": state.commits[0].subject},
-                            {"name": "bad", "sha": state.commits[-1].sha, "subject": state.commits[-1].subject}]
+            keys["refs"] = state.endpoint_refs()
     else:
         results = store.results(run_id, include_resumes=True)
         if kind == "flake":
