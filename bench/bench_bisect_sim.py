@@ -6,7 +6,7 @@ No git, no kernels: a history of n commits after the good endpoint G (index 0), 
 drawn uniformly from 1..n per trial, and a signature that shows on each run at or after
 the culprit with probability p (never before it). Every method sees the same culprits.
 
-  bisect   harness.bisect_search.FlakyBisect(n) with its defaults (confidence 0.99):
+  bisect   harness.bisect.search.FlakyBisect(n) with its defaults (confidence 0.99):
            B until a first sighting, then the posterior search; every run counted
   k=1,5,10 plain bisection, a step is bad if any of its k runs shows the signature;
            a step stops at its first sighting (the runs a careful person would do).
@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.bisect_search import FlakyBisect  # noqa: E402
+from harness.bisect.search import FlakyBisect  # noqa: E402
 
 SIZES = (16, 64, 256)
 PROBS = (0.2, 0.4, 0.8, 1.0)

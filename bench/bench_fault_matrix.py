@@ -15,8 +15,8 @@ from pathlib import Path
 
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device
-from harness.engine import Engine, Planned, RunOptions
-from harness.pool import WorkerOptions
+from harness.run.engine import Engine, Planned, RunOptions
+from harness.run.pool import WorkerOptions
 
 OPS = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention")
 FAULTS = {"hang": "HANG", "segfault": "CRASH", "npu_fault": "DEVICE_FAULT", "oom": "OOM"}

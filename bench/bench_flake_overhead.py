@@ -19,15 +19,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from goldens.cache import GoldenCache
-from harness import flake
+from harness.goldens.cache import GoldenCache
+from harness.flake import hunt as flake
 from harness.case import PRESETS, Case, SeqLens, SlotMode
-from harness.determinism import Baselines
+from harness.worker.determinism import Baselines
 from harness.devices import Device, backend
-from harness.engine import Engine, RunOptions
-from harness.execute import KernelLoader, execute_case
-from harness.pool import WorkerOptions
-from harness.session import execute
+from harness.run.engine import Engine, RunOptions
+from harness.worker.execute import KernelLoader, execute_case
+from harness.run.pool import WorkerOptions
+from harness.run.session import execute
 from harness.store import Store
 
 

@@ -11,9 +11,9 @@ import tempfile
 from pathlib import Path
 
 from harness.devices import Device
-from harness.engine import Engine, Planned, RunOptions
-from harness.matrix import load_matrix
-from harness.pool import WorkerOptions
+from harness.run.engine import Engine, Planned, RunOptions
+from harness.casefiles.matrix import load_matrix
+from harness.run.pool import WorkerOptions
 
 MATRIX = Path(__file__).resolve().parent.parent / "cases" / "decode_layers.yaml"
 

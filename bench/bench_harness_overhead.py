@@ -16,13 +16,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from goldens.cache import GoldenCache
+from harness.goldens.cache import GoldenCache
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device, backend
-from harness.engine import Engine, Planned, RunOptions
-from harness.execute import KernelLoader, execute_case
+from harness.run.engine import Engine, Planned, RunOptions
+from harness.worker.execute import KernelLoader, execute_case
 from harness.outcomes import Outcome
-from harness.pool import WorkerOptions
+from harness.run.pool import WorkerOptions
 
 OPS = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention")
 

@@ -37,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.compare import ratio_allclose  # noqa: E402
+from harness.worker.ratio_allclose import ratio_allclose  # noqa: E402
 
 ATOL = RTOL = 3e-3
 RATIO = 0.005

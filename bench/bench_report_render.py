@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.compare import ratio_allclose  # noqa: E402
+from harness.worker.ratio_allclose import ratio_allclose  # noqa: E402
 from harness.outcomes import Outcome, Result  # noqa: E402
 from harness.reports.html import write_html  # noqa: E402
 from harness.reports.json_report import build_document  # noqa: E402

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device
-from harness.pool import DeviceWorker, WorkerOptions
+from harness.run.pool import DeviceWorker, WorkerOptions
 
 
 def case(kernel: str, i: int) -> Case:

@@ -16,7 +16,7 @@ in ``dtype``:
 
 Each op module's docstring states how the golden reads what the contract leaves
 open.  ``source_hash(op)`` fingerprints the source files an op's golden depends
-on, so the golden cache (``goldens.cache``) never serves a stale result.
+on, so the golden cache (``harness.goldens.cache``) never serves a stale result.
 
 Importing this package touches no device, no disk and no environment.
 """
@@ -31,18 +31,13 @@ from typing import Any
 
 import torch
 
-from goldens.common import GoldenInputError
+from harness.goldens.common import GoldenInputError
+from harness.ops import OPS
 
 __all__ = ["GOLDEN_DTYPES", "GoldenInputError", "compute", "ops", "output_names", "source_hash"]
 
 # op name -> its golden module (goldens/<op>.py); a registry, not an if-chain.
-_MODULES: dict[str, str] = {
-    "rope_kv_write": "goldens.rope_kv_write",
-    "paged_decode_attention": "goldens.paged_decode_attention",
-    "fused_rope_decode_attention": "goldens.fused_rope_decode_attention",
-    "prefill_attention": "goldens.prefill_attention",
-    "decode_layers": "goldens.decode_layers",
-}
+_MODULES: dict[str, str] = {op: f"{__name__}.{op}" for op in OPS}
 GOLDEN_DTYPES = (torch.float32, torch.float64)
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -53,8 +48,6 @@ def ops() -> tuple[str, ...]:
 
 def output_names(op: str) -> tuple[str, ...]:
     """Names ``compute(op, ...)`` returns: the op's outputs, then ``k_cache``, ``v_cache`` if it writes them."""
-    from harness.ops import OPS
-
     spec = OPS[_known(op)]
     names = tuple(a.name for a in spec.outputs)
     return names + (tuple(a.name for a in spec.caches) if spec.writes_cache else ())

@@ -34,7 +34,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-import goldens
+from harness import goldens
 
 log = logging.getLogger(__name__)
 

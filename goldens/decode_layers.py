@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from goldens.common import (
+from harness.goldens.common import (
     GoldenInputError, as_stored, decode_attention, qk_norm_rope, rms_norm, rope_rows, split_heads,
 )
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from goldens.common import as_stored, decode_attention, rope_kv_rows
+from harness.goldens.common import as_stored, decode_attention, rope_kv_rows
 
 
 def compute(inputs: Mapping[str, Any], dtype: torch.dtype) -> dict[str, torch.Tensor]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from goldens.common import decode_attention
+from harness.goldens.common import decode_attention
 
 
 def compute(inputs: Mapping[str, Any], dtype: torch.dtype) -> dict[str, torch.Tensor]:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from goldens.common import QUERY_BLOCK, GoldenInputError, as_stored, attend, gather_positions, rope_kv_rows
+from harness.goldens.common import QUERY_BLOCK, GoldenInputError, as_stored, attend, gather_positions, rope_kv_rows
 
 
 # Inputs with one row per packed token: sliced per sequence.

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from goldens.common import rope_kv_rows
+from harness.goldens.common import rope_kv_rows
 
 
 def compute(inputs: Mapping[str, Any], dtype: torch.dtype) -> dict[str, torch.Tensor]:

@@ -58,7 +58,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
 
 class CaseFile(pytest.File):
     def collect(self):
-        from harness.matrix import MatrixError, load_matrix
+        from harness.casefiles.matrix import MatrixError, load_matrix
         try:
             cases = load_matrix(self.path)
         except MatrixError as exc:
@@ -128,7 +128,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     expr = config.getoption("--case-k")
     if not expr:
         return
-    from harness.matrix import MatrixError, compile_expression
+    from harness.casefiles.matrix import MatrixError, compile_expression
     try:
         matches = compile_expression(expr)
     except MatrixError as exc:
@@ -154,9 +154,9 @@ def _device_for_worker(config: pytest.Config):
 def _engine(config: pytest.Config):
     engine = config.stash.get(_ENGINE_KEY, None)
     if engine is None:
-        from goldens.cache import default_cache_dir
-        from harness.engine import Engine, RunOptions
-        from harness.pool import WorkerOptions
+        from harness.goldens.cache import default_cache_dir
+        from harness.run.engine import Engine, RunOptions
+        from harness.run.pool import WorkerOptions
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         log_dir = Path(config.getoption("--harness-log-dir") or Path("reports") / "logs" / f"pytest-{stamp}").resolve() / worker
@@ -176,7 +176,7 @@ def _engine(config: pytest.Config):
 
 
 def _rules(config: pytest.Config):
-    from harness.classify import default_rules
+    from harness.classify.matching import default_rules
     return default_rules(extra=[Path(p) for p in config.getoption("--harness-rules")])
 
 
@@ -184,7 +184,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--repeat", 1) < 1:
         raise pytest.UsageError(f"--repeat must be at least 1, got {config.getoption('--repeat')}")
     if config.getoption("--harness-rules", None):
-        from harness.matrix import MatrixError
+        from harness.casefiles.matrix import MatrixError
         try:
             _rules(config)
         except MatrixError as exc:
@@ -284,7 +284,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     controller runs no case)."""
     if config.getoption("--repeat") <= 1 or hasattr(config, "workerinput"):
         return
-    from harness import flake
+    from harness.flake import hunt as flake
     results = config.stash.get(_RESULTS_KEY, [])
     path_and_id = config.stash.get(_RUN_KEY, None)
     if path_and_id is not None and Path(path_and_id[0]).exists():

@@ -81,8 +81,8 @@ from __future__ import annotations
 import os
 import random
 
-from kernels import reference
-from kernels.reference import with_op_signature
+from harness.kernels import reference
+from harness.kernels.reference import with_op_signature
 
 SEED_ENV = "{seed_env}"
 COUNTER_ENV = "KPKG_FLAKE_COUNTER"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from harness.compare import ratio_allclose
+from harness.worker.ratio_allclose import ratio_allclose
 from harness.outcomes import Outcome, Result
 from harness.reports.json_report import build_document
 

@@ -7,7 +7,8 @@ is rebuilt from what the store holds, so any stored run renders in any format.
 """
 from __future__ import annotations
 
-from harness import flake, refcompare
+from harness.flake import hunt as flake
+from harness.refs import compare as refcompare
 from harness.outcomes import Result
 from harness.reports.json_report import build_document
 from harness.store import Store
@@ -32,7 +33,7 @@ def stored_document(store: Store, run_id: str) -> dict:
                              "build": refs_by_name.get(n, {}).get("build")} for n in names]
             keys["compare"] = refcompare.table(results, names) if results else []
         else:
-            from harness.bisect import BisectState
+            from harness.bisect.driver import BisectState
             state = BisectState.from_dict(extra["bisect"]["state"])
             keys["bisect"] = state.report()
             keys["refs"] = state.endpoint_refs()

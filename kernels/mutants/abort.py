@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from kernels.reference import for_every_op
+from harness.kernels.reference import for_every_op
 
 
 def _abort(op: str, args: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kernels.reference import for_every_op
+from harness.kernels.reference import for_every_op
 
 
 def _never_return(op: str, args: dict[str, Any]) -> None:

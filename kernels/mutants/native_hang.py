@@ -12,7 +12,7 @@ import ctypes
 import signal
 from typing import Any
 
-from kernels.reference import for_every_op
+from harness.kernels.reference import for_every_op
 
 
 def _block_in_native_code(op: str, args: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from kernels.reference import for_every_op
+from harness.kernels.reference import for_every_op
 
 
 def _emulated_npu_fault(op: str, args: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from kernels.reference import for_every_op
+from harness.kernels.reference import for_every_op
 
 _BLOCK = 64 << 20
 

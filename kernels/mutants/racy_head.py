@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from kernels import reference
-from kernels.reference import for_every_op
+from harness.kernels import reference
+from harness.kernels.reference import for_every_op
 
 ENV_VAR = "RACY_HEAD_P"
 SEED_VAR = "RACY_HEAD_SEED"

@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from kernels import reference
-from kernels.mutants.racy_head import MAIN_OUTPUT
-from kernels.reference import for_every_op
+from harness.kernels import reference
+from harness.kernels.mutants.racy_head import MAIN_OUTPUT
+from harness.kernels.reference import for_every_op
 
 SMALL = 0.25
 SHARE = 0.1

@@ -9,7 +9,7 @@ of the returned buffer catch it.
 """
 from __future__ import annotations
 
-from kernels.reference import ReferenceKernel
+from harness.kernels.reference import ReferenceKernel
 
 
 class ReturnsQuery(ReferenceKernel):

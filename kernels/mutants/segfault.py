@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from kernels.reference import for_every_op
+from harness.kernels.reference import for_every_op
 
 
 def _dereference_null(op: str, args: dict[str, Any]) -> None:

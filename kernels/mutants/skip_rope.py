@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from kernels.reference import ReferenceKernel
+from harness.kernels.reference import ReferenceKernel
 
 
 class SkipRope(ReferenceKernel):

@@ -8,7 +8,7 @@ harness's canary).  The cache ends up correct; the attention output is wrong.
 """
 from __future__ import annotations
 
-from kernels.reference import ReferenceKernel, decode_attention, prefill_core
+from harness.kernels.reference import ReferenceKernel, decode_attention, prefill_core
 
 
 class StaleKV(ReferenceKernel):

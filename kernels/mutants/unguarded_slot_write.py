@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.reference import ReferenceKernel
+from harness.kernels.reference import ReferenceKernel
 
 
 class UnguardedSlotWrite(ReferenceKernel):

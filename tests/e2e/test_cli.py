@@ -175,7 +175,7 @@ def test_kill_9_of_the_front_end_loses_nothing_and_resume_runs_only_the_rest(tmp
 
     (tmp_path / "lib" / "slowkern").mkdir(parents=True)
     (tmp_path / "lib" / "slowkern" / "__init__.py").write_text(
-        "import time\nfrom kernels.reference import rope_kv_write as _ref\n"
+        "import time\nfrom harness.kernels.reference import rope_kv_write as _ref\n"
         "def rope_kv_write(**kw):\n    time.sleep(0.4)\n    return _ref(**kw)\n")
     cases = write_case_file(tmp_path / "cases", "slow.yaml", """\
         name: slow

@@ -7,7 +7,7 @@ import pytest
 
 from harness import stats
 from helpers import run_harness, write_case_file
-from kernels.mutants import racy_head
+from harness.kernels.mutants import racy_head
 
 CASE = """\
 name: {name}

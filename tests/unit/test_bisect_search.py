@@ -1,4 +1,4 @@
-"""The flake-aware bisection search (harness.bisect_search): seeded simulations of whole
+"""The flake-aware bisection search (harness.bisect.search): seeded simulations of whole
 searches, the posterior's hard constraints, skips, the "none in range" answers, the
 choice rule where the posterior median stalls, the p estimate, and saved state.
 
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.bisect_search import FlakyBisect, Verdict
+from harness.bisect.search import FlakyBisect, Verdict
 
 
 def simulate(search: FlakyBisect, culprit: int, p: float, rng: np.random.Generator,

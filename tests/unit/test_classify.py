@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.classify import (
+from harness.classify.matching import (
     PROJECT_RULES_FILE,
     Classification,
     Role,
@@ -26,7 +26,7 @@ from harness.classify import (
     match_rules,
     read_log,
 )
-from harness.matrix import MatrixError
+from harness.casefiles.matrix import MatrixError
 from harness.outcomes import Outcome
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from harness.compare import Comparison, ratio_allclose
+from harness.worker.ratio_allclose import Comparison, ratio_allclose
 
 NAN, INF = float("nan"), float("inf")
 

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from harness.compare import MAP_CELLS, ratio_allclose
+from harness.worker.ratio_allclose import MAP_CELLS, ratio_allclose
 
 KW = dict(atol=1e-3, rtol=1e-3, max_error_ratio=0.01)
 

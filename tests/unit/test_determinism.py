@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from harness import determinism
+from harness.worker import determinism
 from harness.ops import OPS
 
 

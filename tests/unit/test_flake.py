@@ -5,9 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from harness import flake
+from harness.flake import hunt as flake
 from harness.case import PRESETS, Case, SeqLens, SlotMode
-from harness.engine import Planned
+from harness.run.engine import Planned
 from harness.outcomes import Outcome, Result
 
 

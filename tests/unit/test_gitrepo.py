@@ -12,14 +12,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-import goldens
+from harness import goldens
 from gitrepo import BUILD_STAMP, RAISE_TEXT, SEED_ENV, git, make_kernel_repo
-from harness import checks
+from harness.worker import checks
 from harness.case import PRESETS, Case, SeqLens, SlotMode
-from harness.inputs import generate
-from harness.launch import launch
+from harness.worker.inputs import generate
+from harness.worker.launch import launch
 from harness.outcomes import Outcome
-from harness.refs import Worktrees
+from harness.refs.git import Worktrees
 from helpers import run_harness, write_case_file
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import goldens
-import goldens.cache as cache_module
-from goldens.cache import GoldenCache, default_cache_dir
+from harness import goldens
+import harness.goldens.cache as cache_module
+from harness.goldens.cache import GoldenCache, default_cache_dir
 from harness.case import PRESETS, Case, SeqLens, SlotMode
-from harness.inputs import generate
+from harness.worker.inputs import generate
 
 OP = "fused_rope_decode_attention"
 

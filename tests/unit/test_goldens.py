@@ -1,6 +1,6 @@
 """Hand-checkable properties of the goldens (DESIGN §4), not a second implementation.
 
-Inputs come from ``harness.inputs.generate`` on the tiny preset (Hq 4, Hkv 2,
+Inputs come from ``harness.worker.inputs.generate`` on the tiny preset (Hq 4, Hkv 2,
 D 32, P 16), or are built by hand where a property needs exact numbers.
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-import goldens
-from goldens import GoldenInputError
+from harness import goldens
+from harness.goldens import GoldenInputError
 from harness.case import PRESETS, Case, SeqLens, SlotMode
-from harness.inputs import generate
+from harness.worker.inputs import generate
 
 TINY = PRESETS["tiny"]
 GEOMETRY_FIELDS = set(TINY.__dataclass_fields__)
@@ -346,7 +346,7 @@ def test_prefill_is_causal_within_the_chunk(chunk_size):
 
 
 def test_prefill_query_blocks_do_not_change_the_result(monkeypatch):
-    import goldens.prefill_attention as prefill
+    import harness.goldens.prefill_attention as prefill
 
     args = case_args("prefill_attention", seq_lens=SeqLens("const", (40,)), chunk_size=None)
     before = run("prefill_attention", args)["out"]
@@ -401,7 +401,7 @@ def test_decode_layers_with_wo_zero_is_the_mlp_block_alone():
 
 
 def test_decode_layers_lm_head_blocks_do_not_change_the_logits(monkeypatch):
-    import goldens.decode_layers as layers
+    import harness.goldens.decode_layers as layers
 
     args = case_args("decode_layers")
     before = run("decode_layers", args)["logits"]

@@ -8,16 +8,16 @@ from dataclasses import replace
 import pytest
 import torch
 
-import goldens
-from harness import checks
+from harness import goldens
+from harness.worker import checks
 from harness.case import PRESETS, Case, SeqLens, SlotMode, Tolerance
-from harness.classify import classify_exception, classify_exit
+from harness.classify.matching import classify_exception, classify_exit
 from harness.devices import DeviceError, parse_device, parse_device_list
-from harness.inputs import generate
-from harness.launch import ContractError, GuardedBuffer, launch, poison_mask, poisoned
+from harness.worker.inputs import generate
+from harness.worker.launch import ContractError, GuardedBuffer, launch, poison_mask, poisoned
 from harness.outcomes import Outcome, Result, label
 from harness.reports.json_report import write_json
-from kernels import reference
+from harness.kernels import reference
 
 CPU = torch.device("cpu")
 

@@ -20,7 +20,7 @@ from harness.case import (
     SlotMode,
     Tolerance,
 )
-from harness.matrix import (
+from harness.casefiles.matrix import (
     CASE_KEYS,
     ExpressionError,
     MatrixError,
@@ -148,7 +148,7 @@ class TestSpecExample:
 # ---------------------------------------------------------------------------
 
 def test_every_case_key_has_a_parser_and_a_default():
-    from harness import matrix
+    from harness.casefiles import matrix
     assert set(matrix._PARSERS) == set(CASE_KEYS)
     assert set(matrix._DEFAULT_PLAIN) | set(GEOMETRY_FIELDS) == set(CASE_KEYS)
 

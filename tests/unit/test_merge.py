@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from harness import __version__
-from harness.merge import MergeError, load_durations, merge, source_kind, split_source
+from harness.shard.merge import MergeError, load_durations, merge, source_kind, split_source
 from harness.outcomes import Outcome, Result
 from harness.reports.json_report import summarize, write_document, write_json
-from harness.shard import Shard, select_shard, shard_info
+from harness.shard.split import Shard, select_shard, shard_info
 from harness.store import Store
 
 CASES = [f"m[batch={i % 3},seed={i}]" for i in range(10)]

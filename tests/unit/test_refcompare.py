@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import refcompare
+from harness.refs import compare as refcompare
 from harness.outcomes import Outcome, Result
 
 

@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from harness.case import PRESETS, Case, SeqLens, SlotMode
-from harness.inputs import CaseInputs, generate
+from harness.worker.inputs import CaseInputs, generate
 from harness.ops import OPS
-from kernels import BUILTINS
-import kernels.reference as ref
-from kernels.mutants import racy_head, returns_query, skip_rope, stale_kv, unguarded_slot_write
+from harness.registry import BUILTINS
+import harness.kernels.reference as ref
+from harness.kernels.mutants import racy_head, returns_query, skip_rope, stale_kv, unguarded_slot_write
 
 TINY = PRESETS["tiny"]
 GUARD = 4096                      # elements each side; more than one cache row (Hkv*D)

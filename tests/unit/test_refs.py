@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gitrepo import BUILD_CMD, BUILD_STAMP, EPOCH, commit_files, git, init_repo, make_kernel_repo
-from harness import refs
-from harness.refs import (BuildResult, Commit, RefError, Worktrees, build, commits_between, expand_env,
+from harness.refs import git as refs
+from harness.refs.git import (BuildResult, Commit, RefError, Worktrees, build, commits_between, expand_env,
                           parse_ref_arg, parse_ref_args, ref_provenance, resolve)
 from helpers import ROOT
 
@@ -213,7 +213,7 @@ def test_users_checkout_is_never_touched(tmp_path, cache):
 
 _RACE = textwrap.dedent("""\
     import sys
-    from harness.refs import Worktrees
+    from harness.refs.git import Worktrees
     with Worktrees(sys.argv[1], sys.argv[2]) as wts:
         wt = wts.materialize(sys.argv[3])
         assert wts.intact(sys.argv[3])

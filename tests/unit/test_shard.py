@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.shard import (
+from harness.shard.split import (
     Shard,
     ShardError,
     assign,
@@ -128,7 +128,7 @@ def test_split_ignores_input_order_and_duplicates():
 
 def test_split_is_the_same_in_another_interpreter():
     """No ``hash()`` of str: a fresh process with another hash seed splits the same way."""
-    code = ("import json, sys; from harness.shard import assign; "
+    code = ("import json, sys; from harness.shard.split import assign; "
             "ids = [f'm[batch={i % 7},seed={i}]' for i in range(40)]; "
             "d = {c: (i * 37 % 11) / 3 for i, c in enumerate(ids) if i % 4}; "
             "print(json.dumps([assign(ids, 3), assign(ids, 3, d)]))")

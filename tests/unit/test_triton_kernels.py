@@ -3,7 +3,7 @@
 ``TRITON_INTERPRET`` is read when ``triton.jit`` decorates a function, so triton
 is first imported, and a private copy of ``kernels/triton_kernels.py`` loaded,
 with the variable set; it stays set only while this module's tests run, and
-``kernels.triton_kernels`` itself is left alone.  Launches go through the
+``harness.kernels.triton_kernels`` itself is left alone.  Launches go through the
 harness's own launcher: outputs NaN-poisoned, caches and outputs as views into
 guard-banded buffers, guard damage and the return value reported.
 
@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 import torch
 
-import kernels
-import kernels.reference as ref
+from harness import kernels
+import harness.kernels.reference as ref
 from harness.case import PRESETS, Case, SeqLens, SlotMode
-from harness.inputs import CaseInputs, generate
-from harness.launch import Launched, launch, poison_mask
+from harness.worker.inputs import CaseInputs, generate
+from harness.worker.launch import Launched, launch, poison_mask
 from harness.ops import OPS
 
 TINY = PRESETS["tiny"]
@@ -207,13 +207,13 @@ def test_missing_triton_is_an_import_error_with_the_install_hint(monkeypatch):
     """Triton hidden from the import system (present or not): the module import fails, naming the extra."""
     monkeypatch.setitem(sys.modules, "triton", None)
     monkeypatch.setitem(sys.modules, "triton.language", None)
-    monkeypatch.delitem(sys.modules, "kernels.triton_kernels", raising=False)
+    monkeypatch.delitem(sys.modules, "harness.kernels.triton_kernels", raising=False)
     with pytest.raises(ImportError, match=re.escape(INSTALL_HINT)):
-        importlib.import_module("kernels.triton_kernels")
+        importlib.import_module("harness.kernels.triton_kernels")
 
 
 def test_without_triton_installed_the_import_fails_with_the_install_hint():
     if importlib.util.find_spec("triton") is not None:
         pytest.skip("triton is installed")
     with pytest.raises(ImportError, match=re.escape(INSTALL_HINT)):
-        importlib.import_module("kernels.triton_kernels")
+        importlib.import_module("harness.kernels.triton_kernels")

@@ -12,9 +12,9 @@ import pytest
 
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device
-from harness.engine import Engine, Planned, RunOptions
+from harness.run.engine import Engine, Planned, RunOptions
 from harness.outcomes import Outcome
-from harness.pool import DeviceWorker, WorkerOptions
+from harness.run.pool import DeviceWorker, WorkerOptions
 
 
 def make_case(op="rope_kv_write", kernel="reference", **kw) -> Case:
@@ -128,7 +128,7 @@ def test_kernel_path_reaches_the_worker(tmp_path, options):
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "ops.py").write_text(
-        "from kernels.reference import rope_kv_write as _ref\n"
+        "from harness.kernels.reference import rope_kv_write as _ref\n"
         "def rope(**kw):\n    return _ref(**kw)\n"
     )
     opts = replace(options, kernel_paths=(str(tmp_path / "userlib"),))
@@ -184,7 +184,7 @@ def test_both_ways_of_starting_a_worker_survive_faults_and_see_kernel_paths(tmp_
     """cpu workers fork from the preloaded zygote; accelerator workers are spawned fresh."""
     pkg = tmp_path / "userlib" / "mykern2"
     pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("import os\nfrom kernels.reference import rope_kv_write as _ref\n"
+    (pkg / "__init__.py").write_text("import os\nfrom harness.kernels.reference import rope_kv_write as _ref\n"
                                      "def rope(**kw):\n    assert os.environ['MY_FLAG'] == 'on'\n    return _ref(**kw)\n")
     opts = replace(options, kernel_paths=(str(tmp_path / "userlib"),), fork_cpu_workers=fork)
     w = DeviceWorker(Device("cpu"), opts)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.reference import ReferenceKernel, fused_rope_decode_attention as _fused, \
+from harness.kernels.reference import ReferenceKernel, fused_rope_decode_attention as _fused, \
     paged_decode_attention as _paged
 
 

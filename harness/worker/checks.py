@@ -13,9 +13,9 @@ from typing import Any
 import torch
 
 from harness.case import Case
-from harness.compare import Comparison, ratio_allclose
-from harness.inputs import CaseInputs
-from harness.launch import Launched, poison_mask
+from harness.worker.ratio_allclose import Comparison, ratio_allclose
+from harness.worker.inputs import CaseInputs
+from harness.worker.launch import Launched, poison_mask
 from harness.outcomes import CHECK_PRECEDENCE, Outcome
 
 _MAX_LISTED = 8

@@ -15,13 +15,15 @@ from typing import Any, Callable
 
 import torch
 
-from goldens.cache import GoldenCache
-from harness import checks, determinism, inputs
+from harness.goldens.cache import GoldenCache
+from harness.worker import checks
+from harness.worker import determinism
+from harness.worker import inputs
 from harness.case import Case
 from harness.devices import Backend, Device
-from harness.launch import ContractError, launch
+from harness.worker.launch import ContractError, launch
 from harness.provenance import kernel_origin
-from kernels import target as kernel_target
+from harness.registry import target as kernel_target
 
 GOLDEN_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 

@@ -44,7 +44,7 @@ from harness.case import (
     Tolerance,
 )
 from harness.ops import OPS
-from kernels import BUILTINS, is_import_path
+from harness.registry import BUILTINS, is_import_path
 
 __all__ = [
     "CASE_KEYS",

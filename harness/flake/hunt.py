@@ -21,7 +21,7 @@ from typing import Iterable
 
 from harness import stats
 from harness.case import Case
-from harness.engine import Planned
+from harness.run.engine import Planned
 from harness.outcomes import Outcome, Result
 
 SEED_MODES = ("fixed", "fresh")

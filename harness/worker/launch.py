@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from harness.inputs import CaseInputs
+from harness.worker.inputs import CaseInputs
 
 GUARD_BYTE = 0xA5
 # Quiet NaNs with a payload (mantissa 0x65...) that no kernel arithmetic produces.

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from harness.engine import Engine, Planned, RunOptions
+from harness.run.engine import Engine, Planned, RunOptions
 from harness.outcomes import Result
 from harness.provenance import run_provenance
 from harness.reports.json_report import build_document, summarize

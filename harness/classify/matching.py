@@ -47,7 +47,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-from harness.matrix import MatrixError, Where
+from harness.casefiles.matrix import MatrixError, Where
 from harness.outcomes import Outcome
 
 try:                                    # Python 3.11+
@@ -79,7 +79,7 @@ __all__ = [
     "read_log",
 ]
 
-BUILTIN_RULES_FILE = Path(__file__).with_name("rules") / "builtin.yaml"
+BUILTIN_RULES_FILE = Path(__file__).with_name("builtin.yaml")
 PROJECT_RULES_FILE = "harness-rules.yaml"
 
 # Evidence window: a log longer than head + tail is read as its head and its tail.

@@ -2,7 +2,7 @@
 
 Compare and bisect hold everything fixed (harness, goldens, cases) and switch only
 the kernel library's checkout.  ``RefRunner.prepare`` materialises a commit as a
-cached worktree (``harness.refs``), expands the ``--env`` templates against it and
+cached worktree (``harness.refs.git``), expands the ``--env`` templates against it and
 runs the ``--build`` command once; ``RefRunner.run`` runs planned cases on it in
 fresh device workers whose environment is the ref's (a new ``Engine`` per ref:
 workers never outlive the environment they were started with).  A ref whose
@@ -17,14 +17,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from harness import refs
-from harness.engine import Engine, Planned, RunOptions
+from harness.refs import git as refs
+from harness.run.engine import Engine, Planned, RunOptions
 from harness.outcomes import Outcome, Result
-from harness.pool import case_fields
+from harness.run.pool import case_fields
 from harness.provenance import run_provenance
 from harness.reports.document import log_tail
 from harness.reports.json_report import summarize
-from harness.session import Recorded, execute
+from harness.run.session import Recorded, execute
 from harness.store import Store, planned_entries
 
 DEFAULT_ENV = ("PYTHONPATH={worktree}:{PYTHONPATH}",)

@@ -1,6 +1,6 @@
 """The front end's side of a device worker: start, send a case, enforce its timeout, replace.
 
-The worker is a separate process (``python -m harness.worker``), started
+The worker is a separate process (``python -m harness.worker.serve``), started
 fresh (never forked after torch is imported) with its own environment, and
 spoken to over a socket pair with ``(name, kwargs)`` messages.  This side owns
 time: a case that does not answer within ``timeout_s`` gets its Python stacks
@@ -11,6 +11,8 @@ fault replaces the worker before the next case.
 from __future__ import annotations
 
 import multiprocessing
+import functools
+import importlib.metadata
 import os
 import re
 import signal
@@ -24,11 +26,26 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from harness.case import Case
-from harness.classify import Classification, classify_exception, classify_exit, classify_timeout, read_log
+from harness.classify.matching import Classification, classify_exception, classify_exit, classify_timeout, read_log
 from harness.devices import Device
 from harness.outcomes import Outcome, Result
 
-_HARNESS_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+@functools.cache
+def _source_root() -> str | None:
+    """The checkout to put on the workers' PYTHONPATH when the harness is not installed.
+
+    Installed (a wheel, or ``pip install -e``), the harness is importable as it is, and
+    putting the checkout on the path would shadow a user's own top-level ``kernels`` or
+    ``goldens`` package with the folders of the same name there.
+    """
+    try:
+        importlib.metadata.distribution("fused-kernel-harness")
+        return None
+    except importlib.metadata.PackageNotFoundError:
+        return str(Path(__file__).resolve().parents[2])
+
 _STARTUP_ATTEMPTS = 3
 _TERM_GRACE_S = 3.0
 _STACK_DUMP_GRACE_S = 0.5
@@ -48,7 +65,9 @@ class WorkerOptions:
 
 def worker_env(options: WorkerOptions, case_env: dict[str, str]) -> dict[str, str]:
     env = dict(options.base_env)
-    paths = [*options.kernel_paths, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), _HARNESS_ROOT]
+    paths = [*options.kernel_paths, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    if _source_root():
+        paths.append(_source_root())
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env.update(case_env)
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -78,7 +97,7 @@ class WorkerStartError(RuntimeError):
 # worker is a fork (tens of ms), not a fresh torch import (seconds).  Accelerator workers
 # are always spawned fresh: importing torch can load a device runtime (torch-npu is
 # autoloaded by `import torch`), and a process must never fork after that.
-ZYGOTE_PRELOAD = ["torch", "goldens", "goldens.cache", "harness.execute", "harness.worker", "kernels.reference"]
+ZYGOTE_PRELOAD = ["torch", "harness.goldens", "harness.goldens.cache", "harness.worker.execute", "harness.worker.serve", "harness.kernels.reference"]
 _zygote_lock = threading.Lock()
 _zygote_context = None
 
@@ -110,7 +129,7 @@ class _ForkedProc:
     def wait(self, timeout: float | None = None) -> int:
         self._p.join(timeout)
         if self._p.exitcode is None:
-            raise subprocess.TimeoutExpired("harness.worker (forked)", timeout)
+            raise subprocess.TimeoutExpired("harness.worker.serve (forked)", timeout)
         return self._p.exitcode
 
     def terminate(self) -> None:
@@ -181,7 +200,7 @@ class DeviceWorker:
         try:
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "harness.worker", "--fd", str(child_sock.fileno()),
+                    [sys.executable, "-m", "harness.worker.serve", "--fd", str(child_sock.fileno()),
                      "--device", str(self.device), "--golden-cache", self.options.golden_cache,
                      "--golden-dtype", self.options.golden_dtype],
                     pass_fds=(child_sock.fileno(),), env=worker_env(self.options, case_env),
@@ -193,7 +212,7 @@ class DeviceWorker:
         return _Process(proc, Connection(parent_sock.detach()), _env_key(case_env), log_path)
 
     def _fork(self, case_env: dict[str, str], log_path: Path) -> _Process:
-        from harness.worker import forked_main
+        from harness.worker.serve import forked_main
         ctx = _zygote()
         parent_conn, child_conn = ctx.Pipe()
         process = ctx.Process(

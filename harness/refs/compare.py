@@ -3,7 +3,7 @@
 Rows are cases, columns are refs, a cell counts each label over the repeats
 (``5/5 PASS`` or ``0/5 PASS, 5/5 FAIL_507018``).  The verdict per case sets the
 first ref (the baseline: upstream, the last good fix point) against the last
-one (the candidate) with the flake statistics of ``harness.flake``: a Fisher
+one (the candidate) with the flake statistics of ``harness.flake.hunt``: a Fisher
 exact test on the failure counts, plus the failure rate and its interval on
 every ref.
 """
@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from harness import flake
+from harness.flake import hunt as flake
 from harness.outcomes import Outcome, Result
 from harness.provenance import run_provenance
 from harness.reports.document import cell_text, label_counts

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.compare import _summarise as summarise_localisation
+from harness.worker.ratio_allclose import _summarise as summarise_localisation
 from harness.ops import OpSpec
 
 # Cache dims: the paged layout [N, P, Hkv, D].

@@ -18,26 +18,28 @@ from pathlib import Path
 
 from harness import __version__
 from harness.case import Case
-from harness.classify import default_rules
+from harness.classify.matching import default_rules
 from harness.devices import DeviceError, parse_device, parse_device_list
-from harness import flake, refcompare, refs
-from harness.engine import Planned, RunOptions
-from harness.bisect import (CLEAN, SIGHTED, BisectError, BisectState, Signature, SignatureError, observe,
+from harness.flake import hunt as flake
+from harness.refs import compare as refcompare
+from harness.refs import git as refs
+from harness.run.engine import Planned, RunOptions
+from harness.bisect.driver import (CLEAN, SIGHTED, BisectError, BisectState, Signature, SignatureError, observe,
                             render_report, run_steps)
-from harness.bisect_search import FlakyBisect
-from harness.flake import SEED_MODES, HuntOptions
-from harness.matrix import MatrixError, load_paths, select
+from harness.bisect.search import FlakyBisect
+from harness.flake.hunt import SEED_MODES, HuntOptions
+from harness.casefiles.matrix import MatrixError, load_paths, select
 from harness.outcomes import Outcome, Result
-from harness.merge import MergeError, load_durations, merge
-from harness.pool import WorkerOptions
+from harness.shard.merge import MergeError, load_durations, merge
+from harness.run.pool import WorkerOptions
 from harness.reports.terminal import Reporter
 from harness.provenance import git_revision, run_provenance
-from harness.refrun import DEFAULT_ENV, RefRunner, RefSetup
+from harness.refs.runner import DEFAULT_ENV, RefRunner, RefSetup
 from harness.reports.json_report import build_document, summarize
 from harness.reports.document import load_document, results_of
 from harness.reports.stored import stored_document
-from harness.session import Outputs, execute, write_outputs
-from harness.shard import ShardError, parse_shard, select_shard, shard_info
+from harness.run.session import Outputs, execute, write_outputs
+from harness.shard.split import ShardError, parse_shard, select_shard, shard_info
 from harness.store import DEFAULT_STORE, MemoryStore, Store, StoreError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -275,7 +277,7 @@ def _outputs(args) -> Outputs:
 def run_options(args, devices, *, kernel_paths=None, golden_dtype=None, tier=None, exitfirst=False,
                 base_env=None, golden_cache=None) -> RunOptions:
     """The engine options an executing command's flags say (a bad rules file: exit 2 before any case)."""
-    from goldens.cache import default_cache_dir
+    from harness.goldens.cache import default_cache_dir
     if golden_cache is None:
         golden_cache = "" if args.no_golden_cache else str(args.golden_cache or default_cache_dir())
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")

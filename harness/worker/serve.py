@@ -1,6 +1,6 @@
 """The device worker process: imports torch once, then runs cases sent over a pipe.
 
-Started by ``harness.pool`` as ``python -m harness.worker --fd N --device D``.
+Started by ``harness.run.pool`` as ``python -m harness.worker.serve --fd N --device D``.
 It knows nothing of the front end: messages are ``(name, kwargs)`` tuples;
 ``run`` executes one case with stdout/stderr redirected at the file-descriptor
 level into the case's log (native kernels print there too), and answers with
@@ -44,11 +44,11 @@ def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtyp
     faulthandler.enable(all_threads=True)           # fatal signals: stacks to fd 2 (the case log)
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
-    from goldens.cache import GoldenCache
+    from harness.goldens.cache import GoldenCache
     from harness.devices import backend as backend_for, parse_device
     from harness.case import Case
-    from harness.determinism import Baselines
-    from harness.execute import KernelLoader, execute_case
+    from harness.worker.determinism import Baselines
+    from harness.worker.execute import KernelLoader, execute_case
 
     device = parse_device(device_text)
     backend = backend_for(device)
@@ -98,7 +98,7 @@ def forked_main(conn: Connection, device_text: str, golden_cache_dir: str, golde
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="harness.worker")
+    parser = argparse.ArgumentParser(prog="harness.worker.serve")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--device", required=True)
     parser.add_argument("--golden-cache", default="")

@@ -1,6 +1,6 @@
 """`harness bisect` and `harness bisect-run`: find the first bad commit of the kernel library.
 
-The search itself is ``harness.bisect_search.FlakyBisect`` (pure, flake-aware);
+The search itself is ``harness.bisect.search.FlakyBisect`` (pure, flake-aware);
 this module is the driver around it: the failure ``Signature`` (outcome and code),
 what one run at a commit observed (a sighting, a clean run, an untestable commit,
 or a run that says nothing because another failure masked it), and the
@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from harness.bisect_search import FlakyBisect, Verdict
+from harness.bisect.search import FlakyBisect, Verdict
 from harness.outcomes import Outcome, Result
-from harness.refs import Commit
+from harness.refs.git import Commit
 
 # A commit whose runs only ever end in other failures is skipped after this many.
 MAX_INCONCLUSIVE = 2
@@ -186,7 +186,7 @@ def run_steps(state: BisectState, runner, cases: list, *, parent: str, command: 
     and stored results of reruns stay apart) through ``runner`` (a ``RefRunner``), stored as
     a child run of ``parent``.
     """
-    from harness.engine import Planned
+    from harness.run.engine import Planned
     results: list[Result] = []
     while (index := state.next_index()) is not None:
         commit = state.commits[index]

@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 from harness.case import Case
 from harness.devices import Device
 from harness.outcomes import Outcome, Result
-from harness.pool import DeviceWorker, WorkerOptions, case_fields, log_name
+from harness.run.pool import DeviceWorker, WorkerOptions, case_fields, log_name
 
 
 @dataclass
