@@ -1,4 +1,4 @@
-"""Torch reference implementations ("goldens") of the op contracts of DESIGN §4.
+"""Torch reference implementations ("goldens") of the op contracts in docs/contracts.md.
 
 One module per op, each with ``compute(inputs, dtype) -> dict``; ``common.py``
 holds the math they share.  Goldens share no code with any kernel.

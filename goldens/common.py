@@ -1,6 +1,6 @@
 """Golden-only helpers: the pieces of math that more than one golden needs.
 
-Written straight from DESIGN §4, for clarity over speed, and sharing no code
+Written straight from the contract in docs/contracts.md, for clarity over speed, and sharing no code
 with any kernel.  Every function computes in the dtype of the tensors it is
 given (the caller upcasts first), never changes its arguments, and returns new
 tensors.

@@ -1,6 +1,6 @@
 """Golden of ``decode_layers``: L decoder layers (one generated layer applied L times), final norm, LM head.
 
-DESIGN §4, per batch row, all math in the requested dtype (bf16 weights and
+The contract (docs/contracts.md), per batch row, all math in the requested dtype (bf16 weights and
 ``hidden`` upcast to it)::
 
     r = hidden

@@ -1,6 +1,6 @@
 """Golden of ``fused_rope_decode_attention``: ``rope_kv_write`` then paged decode attention.
 
-DESIGN §4: the prologue of ``rope_kv_write`` (see that golden), then attention in
+The contract (docs/contracts.md): the prologue of ``rope_kv_write`` (see that golden), then attention in
 which the current token (position ``seq_len-1``) uses the k/v just computed.
 
 Our readings of what the contract leaves open:

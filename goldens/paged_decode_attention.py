@@ -1,6 +1,6 @@
 """Golden of ``paged_decode_attention``: one query token per batch row over a paged cache.
 
-DESIGN §4: query head ``h`` reads KV head ``h // (Hq/Hkv)``; softmax of
+The contract (docs/contracts.md): query head ``h`` reads KV head ``h // (Hq/Hkv)``; softmax of
 ``scale * q·k`` over positions ``0..seq_len-1`` of sequence ``b``, position ``p``
 at page ``block_table[b, p // P]``, offset ``p % P``; ``out = softmax @ v``.
 

@@ -1,6 +1,6 @@
 """Golden of ``prefill_attention``: chunked prefill with cache writes.
 
-DESIGN §4: the prologue of ``rope_kv_write`` on every packed token (see that
+The contract (docs/contracts.md): the prologue of ``rope_kv_write`` on every packed token (see that
 golden); the tokens of sequence ``b`` are ``cu_seqlens[b] .. cu_seqlens[b+1]-1``
 at positions ``context_lens[b] + i``; each attends to the ``context_lens[b]``
 cached positions and causally to the chunk's own tokens, using their fresh k/v

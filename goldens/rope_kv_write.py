@@ -1,6 +1,6 @@
 """Golden of ``rope_kv_write``: the decode prologue (QK-norm, NeoX RoPE, cache write).
 
-DESIGN §4: ``x = proj * inv_rms`` for q, k and v; QK-norm per head on q and k
+The contract (docs/contracts.md): ``x = proj * inv_rms`` for q, k and v; QK-norm per head on q and k
 (not v): ``x * rsqrt(mean(x²) + eps) * w`` with the mean over head_dim; NeoX
 rotate-half RoPE at ``positions`` with the given ``rope_cos``/``rope_sin`` rows
 (``x*cos + rotate_half(x)*sin``, ``rotate_half(x) = [-x₂, x₁]``).

@@ -1,4 +1,4 @@
-"""The op contracts of DESIGN §4 as data: the kernel ABI.
+"""The op contracts in docs/contracts.md as data: the kernel ABI.
 
 Each op lists its kernel arguments by role.  Shapes are written in geometry
 symbols and resolved per case by ``inputs.py``; nothing here imports torch, so

@@ -1,4 +1,4 @@
-"""Outcome classes and the result record (DESIGN §5).
+"""Outcome classes and the result record (docs/contracts.md).
 
 Outcomes are a fixed set decided by the kind of failure; a result is a frozen
 record of fields, rendered late (labels, JSON, reports).

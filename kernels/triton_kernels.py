@@ -1,4 +1,4 @@
-"""Triton kernels for two ops of the contract (DESIGN §4): ``rope_kv_write`` and ``paged_decode_attention``.
+"""Triton kernels for two ops of the contract (docs/contracts.md): ``rope_kv_write`` and ``paged_decode_attention``.
 
 The math lives in the ``@triton.jit`` functions; the host functions only read
 shapes and strides off the tensors they are given and launch.  Every tensor is

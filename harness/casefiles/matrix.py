@@ -1,4 +1,4 @@
-"""Case files (DESIGN §8): YAML matrices in, validated and expanded ``Case`` objects out.
+"""Case files (docs/cases.md): YAML matrices in, validated and expanded ``Case`` objects out.
 
 Three layers, bottom up:
 

@@ -2,7 +2,7 @@
 
 Rules are data (``harness/rules/builtin.yaml``, plus a project's
 ``harness-rules.yaml`` and ``--rules`` files): a single-line regex, the outcome
-it means (DESIGN §5), its code, whether the fault is *sticky* (the device
+it means (docs/contracts.md), its code, whether the fault is *sticky* (the device
 context is poisoned: the worker must be replaced), a meaning, a hint, and a
 *role*:
 

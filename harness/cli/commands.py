@@ -1,6 +1,6 @@
 """``harness`` command line: a thin front end over ``Engine``.
 
-Exit codes (DESIGN §6): 0 every case passed (or was skipped), 1 some case
+Exit codes (README): 0 every case passed (or was skipped), 1 some case
 failed, 2 bad usage or bad case files, 3 the harness itself broke.
 """
 from __future__ import annotations

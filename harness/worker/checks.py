@@ -1,4 +1,4 @@
-"""Every check of DESIGN §5 for one launched case (runs in the device worker).
+"""Every check in docs/contracts.md for one launched case (runs in the device worker).
 
 Each check yields findings; the case's outcome is the most specific finding
 (``outcomes.CHECK_PRECEDENCE``): a guard band touched explains a mismatch, a

@@ -1,4 +1,4 @@
-"""Launch one kernel call the way DESIGN §4 prescribes (runs in the device worker).
+"""Launch one kernel call the way docs/contracts.md prescribes (runs in the device worker).
 
 Every writable buffer (outputs and caches) is a view into a larger allocation
 whose guard bands hold a byte pattern: a write before the buffer start (the

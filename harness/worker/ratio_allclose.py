@@ -1,4 +1,4 @@
-"""Ratio-allclose: the elementwise check kernel teams use, with a localisation (DESIGN §5).
+"""Ratio-allclose: the elementwise check kernel teams use, with a localisation (docs/contracts.md).
 
 Semantics
 ---------

@@ -1,6 +1,6 @@
 """Mutant kernels: the reference with one real-world bug injected, so the harness can prove it catches it.
 
-Each module reproduces one bug class seen in fused kernels (DESIGN §1) and
+Each module reproduces one bug class seen in fused kernels (docs/contracts.md) and
 exposes a function per op it supports, named as the op (the builtin registry
 in ``harness/registry.py`` lists which).  Mutants reuse ``harness.kernels.reference``
 and change one step, so everything but the bug is the reference's behaviour:

@@ -1,4 +1,4 @@
-"""Hand-checkable properties of the goldens (DESIGN §4), not a second implementation.
+"""Hand-checkable properties of the goldens (docs/contracts.md), not a second implementation.
 
 Inputs come from ``harness.worker.inputs.generate`` on the tiny preset (Hq 4, Hkv 2,
 D 32, P 16), or are built by hand where a property needs exact numbers.

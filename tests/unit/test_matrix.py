@@ -1,4 +1,4 @@
-"""Case files (DESIGN §8): loading, expansion, ids, validation errors, -k selection.
+"""Case files (docs/cases.md): loading, expansion, ids, validation errors, -k selection.
 
 Pure and fast: every fixture is a YAML file written to tmp_path.
 """
@@ -78,7 +78,7 @@ def ids(cases) -> list[str]:
 
 
 # ---------------------------------------------------------------------------
-# The DESIGN §8 example
+# The example of docs/cases.md
 # ---------------------------------------------------------------------------
 
 class TestSpecExample:
