@@ -37,7 +37,7 @@ from harness.reports.html import write_html  # noqa: E402
 from harness.reports.json_report import build_document  # noqa: E402
 from harness.reports.junit import write_junit  # noqa: E402
 from harness.reports.markdown import render_markdown  # noqa: E402
-from harness.reports.atomic import write_text  # noqa: E402
+from harness.files import write_text  # noqa: E402
 
 GOAL_TOTAL_S = 10.0
 GOAL_HTML_MB = 20.0

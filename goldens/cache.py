@@ -24,7 +24,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +34,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from harness import goldens
+from harness.files import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -144,21 +144,12 @@ class GoldenCache:
         path = self.path(op, key)
         tensors = {name: t.detach().contiguous().clone() for name, t in result.items()}
         metadata = {"op": op, "key": key, "dtype": _dtype_name(dtype), "digest": _digest(tensors)}
-        tmp_name = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{key[:16]}-", suffix=".tmp",
-                                             delete=False) as tmp:
-                tmp_name = tmp.name
-            save_file(tensors, tmp_name, metadata=metadata)
-            os.replace(tmp_name, path)
-            tmp_name = None
+            with atomic_path(path) as tmp:
+                save_file(tensors, str(tmp), metadata=metadata)
         except (OSError, SafetensorError) as exc:     # a full or read-only disk: keep going uncached
             self.write_errors += 1
             log.warning("golden cache: could not store %s (%s)", path, exc)
-        finally:
-            if tmp_name is not None:
-                Path(tmp_name).unlink(missing_ok=True)
 
 
 def _copy(result: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -27,12 +27,14 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness.files import write_text
+from harness.processes import terminate
 
 CACHE_ENV = "HARNESS_WORKTREE_CACHE"
 DEFAULT_CACHE = Path("~/.cache/harness/worktrees")
@@ -529,28 +531,6 @@ def _read_marker(path: Path, cmd: str) -> dict | None:
     return record if isinstance(record, dict) and record.get("cmd") == cmd else None
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    for sig, grace in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def _run_build(cwd: Path, cmd: str, log_path: Path, env: Mapping[str, str] | None,
                timeout_s: float) -> BuildResult:
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -567,7 +547,7 @@ def _run_build(cwd: Path, cmd: str, log_path: Path, env: Mapping[str, str] | Non
             returncode = None
         finally:
             if proc.poll() is None:
-                _kill_group(proc)
+                terminate(proc, group=True)
         duration = time.monotonic() - start
         verdict = (f"timed out after {timeout_s:g} s, killed" if returncode is None
                    else f"exit status {returncode}")
@@ -604,7 +584,7 @@ def build(worktree: Worktree | str | os.PathLike[str], cmd: str, log_path: str |
             return BuildResult(ok=True, returncode=0, log_path=log_path, duration_s=0.0, cached=True)
         result = _run_build(worktree.path, cmd, log_path, env, timeout_s)
         if result.ok:
-            _write_atomic(marker, json.dumps({"cmd": cmd, "sha": worktree.sha, "log": str(log_path),
+            write_text(marker, json.dumps({"cmd": cmd, "sha": worktree.sha, "log": str(log_path),
                                               "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}))
         return result
     finally:

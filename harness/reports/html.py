@@ -25,7 +25,7 @@ import html
 import os
 from typing import Any, Mapping
 
-from harness.reports.atomic import write_text
+from harness.files import write_text
 from harness.reports.document import (
     FLAKE_COLUMNS, clean_text, failing, flake_confidence, flake_rows, kind_of, label_counts, log_tail,
     outcome_table, provenance_items, results_of,

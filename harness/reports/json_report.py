@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from typing import Iterable
 
-from harness.reports.atomic import atomic_path
+from harness.files import atomic_path
 from harness import __version__
 from harness.outcomes import Outcome, Result
 

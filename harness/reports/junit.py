@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 from junitparser import Error, Failure, JUnitXml, Properties, Property, Skipped, TestCase, TestSuite
 
-from harness.reports.atomic import atomic_path
+from harness.files import atomic_path
 from harness.outcomes import Outcome, Result
 from harness.reports.document import clean_text, kind_of, log_tail, provenance_items, results_of
 

@@ -19,7 +19,7 @@ def _junit(path: str | os.PathLike, doc: dict) -> None:
     write_junit(path, doc)
 
 def _markdown(path: str | os.PathLike, doc: dict) -> None:
-    from harness.reports.atomic import write_text
+    from harness.files import write_text
     from harness.reports.markdown import render_markdown
     write_text(path, render_markdown(doc))
 

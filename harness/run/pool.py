@@ -29,6 +29,7 @@ from harness.case import Case
 from harness.classify.matching import Classification, classify_exception, classify_exit, classify_timeout, read_log
 from harness.devices import Device
 from harness.outcomes import Outcome, Result
+from harness.processes import TERM_GRACE_S, terminate
 
 
 
@@ -47,7 +48,6 @@ def _source_root() -> str | None:
         return str(Path(__file__).resolve().parents[2])
 
 _STARTUP_ATTEMPTS = 3
-_TERM_GRACE_S = 3.0
 _STACK_DUMP_GRACE_S = 0.5
 
 
@@ -153,10 +153,10 @@ class _Process:
             if not force and self.proc.poll() is None:
                 try:
                     self.conn.send(("stop", {}))
-                    self.proc.wait(timeout=_TERM_GRACE_S)
+                    self.proc.wait(timeout=TERM_GRACE_S)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
-            _terminate(self.proc)
+            terminate(self.proc)
         finally:
             self.conn.close()
 
@@ -341,7 +341,7 @@ class DeviceWorker:
         returncode = None
         if proc is not None:
             try:
-                returncode = proc.wait(timeout=_TERM_GRACE_S)
+                returncode = proc.wait(timeout=TERM_GRACE_S)
             except subprocess.TimeoutExpired:
                 pass
         self.replace()
@@ -377,17 +377,3 @@ def _fault_metrics(cls: Classification) -> dict:
     if getattr(cls, "name", None):
         metrics["fault_name"] = cls.name
     return metrics
-
-
-def _terminate(proc: subprocess.Popen) -> None:
-    """SIGTERM, a grace period, then SIGKILL (native code may ignore SIGTERM)."""
-    if proc.poll() is not None:
-        return
-    try:
-        proc.terminate()
-        proc.wait(timeout=_TERM_GRACE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    except OSError:
-        pass

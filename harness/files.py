@@ -1,4 +1,4 @@
-"""Report files appear whole or not at all: written to a temporary file beside them, then renamed."""
+"""Files appear whole or not at all: written to a temporary file beside them, then renamed."""
 from __future__ import annotations
 
 import contextlib
