@@ -37,7 +37,7 @@ GEOMETRY_FIELDS = tuple(f for f in Geometry.__dataclass_fields__)
 PRESETS: dict[str, Geometry] = {
     "qwen3-14b": Geometry(
         batch=16, num_heads=40, num_kv_heads=8, head_dim=128, page_size=128,
-        hidden=5120, intermediate=17408, vocab=152064, num_layers=40,
+        hidden=5120, intermediate=17408, vocab=151936, num_layers=40,
         rope_theta=1_000_000.0, eps=1e-6,
     ),
     # CI-sized: every structural feature of the real one (GQA group > 1, several
