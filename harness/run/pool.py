@@ -125,10 +125,6 @@ class _ForkedProc:
         self._p = process
         self.pid = process.pid
 
-    @property
-    def returncode(self) -> int | None:
-        return self._p.exitcode
-
     def poll(self) -> int | None:
         return self._p.exitcode
 
@@ -199,7 +195,7 @@ class DeviceWorker:
         self._log_dirs: set[Path] = set()
 
     @property
-    def proc(self) -> subprocess.Popen | None:
+    def proc(self) -> subprocess.Popen | _ForkedProc | None:
         return self.current.proc if self.current else None
 
     # -- lifecycle -------------------------------------------------------------
@@ -402,6 +398,6 @@ def _fault_metrics(cls: Classification) -> dict:
         metrics["fields"] = dict(cls.fields)
     if cls.hint:
         metrics["hint"] = cls.hint
-    if getattr(cls, "name", None):
+    if cls.name:
         metrics["fault_name"] = cls.name
     return metrics

@@ -30,7 +30,6 @@ from harness.ops import OpSpec
 # Cache dims: the paged layout [N, P, Hkv, D].
 CACHE_AXES = ("page", "offset", "head", None)
 _MEMORY_BYTES = 512 * 2 ** 20
-_LISTED = 4
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
