@@ -1,4 +1,4 @@
-"""One case, start to verdict, inside the device worker's process.
+"""One case, start to reply, inside the device worker's process.
 
 inputs from the seed → golden (cached) → kernel import → launch → checks.
 Returns a ``protocol.CaseReply``; the front end turns it into a ``Result``

@@ -112,7 +112,7 @@ MAP_CELLS = 64
 
 @dataclass(frozen=True)
 class Comparison:
-    """The verdict of one ``ratio_allclose`` call, kept as data, rendered late."""
+    """The result of one ``ratio_allclose`` call, kept as data, rendered late."""
 
     name: str
     passed: bool
@@ -671,7 +671,7 @@ class _Walk:
             rows = torch.arange(counts.shape[0], dtype=torch.int64) // k0
         grid2.index_add_(0, rows, _sum_blocks(counts, k1).to("cpu", torch.int64))
 
-    # -- the verdict -----------------------------------------------------------
+    # -- the result ------------------------------------------------------------
 
     def public(self, index: Index | None) -> Index:
         """The caller's index: () for a 0-dim tensor, walked as shape (1,)."""
