@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from harness import trace
 from harness.case import Case
 from harness.classify.matching import Classification, classify_exception, classify_exit, classify_timeout, read_log
 from harness.devices import Device
 from harness.outcomes import Outcome, Result
 from harness.processes import TERM_GRACE_S, terminate
-from harness import trace
 from harness.worker import protocol
+
 
 @functools.cache
 def _source_root() -> str | None:
@@ -220,7 +221,7 @@ class DeviceWorker:
             child_sock.close()
         key = _env_key(case_env)
         trace.log.debug("%s: spawned pid %d for %s (env %s, log %s)", self.name, proc.pid, self.device,
-                  _env_text(key), log_path)
+                        _env_text(key), log_path)
         return _Process(proc, Connection(parent_sock.detach()), key, log_path, self.name)
 
     def _fork(self, case_env: dict[str, str], log_path: Path) -> _Process:
@@ -236,13 +237,13 @@ class DeviceWorker:
         child_conn.close()
         key = _env_key(case_env)
         trace.log.debug("%s: forked pid %d for %s from the zygote (env %s, log %s)", self.name, process.pid,
-                  self.device, _env_text(key), log_path)
+                        self.device, _env_text(key), log_path)
         return _Process(_ForkedProc(process), parent_conn, key, log_path, self.name)
 
     def _await_ready(self, process: _Process) -> None:
         if not process.conn.poll(self.options.startup_timeout_s):
             trace.log.debug("%s pid %d: not ready within %gs", self.name, process.proc.pid,
-                      self.options.startup_timeout_s)
+                            self.options.startup_timeout_s)
             process.stop(force=True)
             raise WorkerStartError(f"worker for {self.device} did not start within "
                                    f"{self.options.startup_timeout_s:g}s (log: {process.log_path})")

@@ -18,7 +18,7 @@ import enum
 import pickle
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, ClassVar, TypeVar, Union
+from typing import Any, ClassVar, TypeVar
 
 from harness.case import Case
 from harness.outcomes import Outcome
@@ -156,7 +156,7 @@ class CaseReply:
         return f"reply case={self.case_id} {what} {self.duration_s:.3f}s"
 
 
-Message = Union[Ready, RunRequest, Stop, CaseReply]
+Message = Ready | RunRequest | Stop | CaseReply
 M = TypeVar("M", Ready, RunRequest, Stop, CaseReply)
 
 
