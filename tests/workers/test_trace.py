@@ -12,6 +12,7 @@ import pytest
 from harness import trace
 from harness.devices import Device
 from harness.outcomes import Outcome
+from harness.processes import terminate
 from harness.run.pool import DeviceWorker, WorkerOptions
 from test_device_worker import make_case
 
@@ -95,3 +96,25 @@ def test_harness_debug_in_the_environment_traces_a_spawned_worker_on_stderr(tmp_
     text = "\n".join(lines)
     assert "w0: spawned pid" in text and "sent run case=env" in text and "received reply case=env PASS" in text, \
         done.stderr
+
+
+_IGNORES_SIGTERM = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                    "print('ready', flush=True); time.sleep(60)")
+
+
+def test_terminate_traces_each_signal_it_sends(trace_lines):
+    trace.log.setLevel(logging.DEBUG)
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    terminate(polite)
+    assert trace_lines == [f"pid {polite.pid}: SIGTERM"]
+    trace_lines.clear()
+    stubborn = subprocess.Popen([sys.executable, "-c", _IGNORES_SIGTERM], stdout=subprocess.PIPE,
+                                start_new_session=True)
+    assert stubborn.stdout.readline().strip() == b"ready"
+    terminate(stubborn, group=True, grace_s=0.2)
+    stubborn.stdout.close()
+    assert trace_lines == [f"process group {stubborn.pid}: SIGTERM",
+                           f"process group {stubborn.pid}: SIGKILL (still running 0.2s after SIGTERM)"]
+    trace_lines.clear()
+    terminate(stubborn)                      # already gone: nothing sent, nothing traced
+    assert trace_lines == []
