@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import subprocess
+import sys
 
 import pytest
 
@@ -64,3 +66,12 @@ def test_brief_names_the_case_never_the_payload():
 def test_stages_that_are_the_harness_own_failures():
     assert {s for s in Stage if s.harness_side} == {Stage.INPUTS, Stage.GOLDEN, Stage.CHECK, Stage.DETERMINISM}
     assert MESSAGES[6].failure.first_line == "no module x"
+
+
+def test_the_worker_side_imports_nothing_of_the_front_end():
+    code = ("import sys, harness.worker.serve, harness.worker.execute; "
+            "print(sorted(m for m in sys.modules if m.startswith(('harness.run', 'harness.reports', "
+            "'harness.cli', 'harness.classify', 'harness.store'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
