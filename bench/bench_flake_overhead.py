@@ -24,6 +24,7 @@ from harness.flake import hunt as flake
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.worker.determinism import Baselines
 from harness.devices import Device, backend
+from harness.outcomes import Outcome
 from harness.run.engine import Engine, RunOptions
 from harness.worker.execute import KernelLoader, execute_case
 from harness.run.pool import WorkerOptions
@@ -44,8 +45,8 @@ def in_process_loop(case: Case, n: int, tmp: Path) -> float:
     execute_case(case.with_seed(99), device, be, cache, loader)       # warm-up (imports), other inputs
     start = time.perf_counter()
     for i in range(n):
-        payload = execute_case(case, device, be, cache, loader, repeat=i, baseline=baseline, baselines=baselines)
-        assert payload["outcome"] == "PASS" and payload["metrics"]["determinism"]["identical"], payload
+        reply = execute_case(case, device, be, cache, loader, repeat=i, baseline=baseline, baselines=baselines)
+        assert reply.outcome is Outcome.PASS and reply.metrics["determinism"]["identical"], reply
     return time.perf_counter() - start
 
 

@@ -43,8 +43,8 @@ def in_process_loop(cases: list[Case]) -> float:
     execute_case(cases[0], device, be, cache, loader)          # same warm-up as the worker gets
     start = time.perf_counter()
     for case in cases:
-        payload = execute_case(case, device, be, cache, loader)
-        assert payload["outcome"] == "PASS", payload
+        reply = execute_case(case, device, be, cache, loader)
+        assert reply.outcome is Outcome.PASS, reply
     return time.perf_counter() - start
 
 

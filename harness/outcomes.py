@@ -59,7 +59,7 @@ def label(outcome: Outcome | str, code: int | str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Result:
-    """One verdict for one case run once on one device."""
+    """What one case came to, run once on one device."""
 
     case_id: str
     outcome: Outcome

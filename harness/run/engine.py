@@ -21,7 +21,7 @@ from harness.outcomes import Outcome, Result
 from harness.run.pool import DeviceWorker, WorkerOptions, case_fields, log_name
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
     devices: list[Device]
     worker: WorkerOptions
@@ -29,7 +29,7 @@ class RunOptions:
     exitfirst: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class Planned:
     index: int
     case: Case

@@ -2,11 +2,12 @@
 
 The worker is a separate process (``python -m harness.worker.serve``), started
 fresh (never forked after torch is imported) with its own environment, and
-spoken to over a socket pair with ``(name, kwargs)`` messages.  This side owns
+spoken to over a socket pair with ``harness.worker.protocol`` messages.  This side owns
 time: a case that does not answer within ``timeout_s`` gets its Python stacks
 dumped, then SIGTERM, then SIGKILL, and the next case gets a fresh worker.
 A worker that dies mid-case yields ``CRASH`` with its signal; a sticky device
-fault replaces the worker before the next case.
+fault replaces the worker before the next case.  Every message, start,
+replacement and signal is traced (``harness.trace``, silent unless enabled).
 """
 from __future__ import annotations
 
@@ -25,12 +26,13 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from harness import trace
 from harness.case import Case
 from harness.classify.matching import Classification, classify_exception, classify_exit, classify_timeout, read_log
 from harness.devices import Device
 from harness.outcomes import Outcome, Result
 from harness.processes import TERM_GRACE_S, terminate
-
+from harness.worker import protocol
 
 
 @functools.cache
@@ -78,6 +80,10 @@ def _env_key(case_env: dict[str, str]) -> tuple:
     return tuple(sorted(case_env.items()))
 
 
+def _env_text(env_key: tuple) -> str:
+    return ",".join(f"{k}={v}" for k, v in env_key) or "-"
+
+
 def case_fields(case: Case, repeat: int, device: Device, log: Path | None) -> dict:
     """The fields every result of ``case`` carries, whatever its outcome."""
     return dict(case_id=case.case_id, matrix=case.matrix, op=case.op, kernel=case.kernel, seed=case.seed,
@@ -97,7 +103,8 @@ class WorkerStartError(RuntimeError):
 # worker is a fork (tens of ms), not a fresh torch import (seconds).  Accelerator workers
 # are always spawned fresh: importing torch can load a device runtime (torch-npu is
 # autoloaded by `import torch`), and a process must never fork after that.
-ZYGOTE_PRELOAD = ["torch", "harness.goldens", "harness.goldens.cache", "harness.worker.execute", "harness.worker.serve", "harness.kernels.reference"]
+ZYGOTE_PRELOAD = ["torch", "harness.goldens", "harness.goldens.cache", "harness.worker.execute",
+                  "harness.worker.serve", "harness.kernels.reference"]
 _zygote_lock = threading.Lock()
 _zygote_context = None
 
@@ -118,10 +125,6 @@ class _ForkedProc:
     def __init__(self, process):
         self._p = process
         self.pid = process.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._p.exitcode
 
     def poll(self) -> int | None:
         return self._p.exitcode
@@ -147,12 +150,22 @@ class _Process:
     conn: Connection
     env_key: tuple
     log_path: Path
+    name: str                      # the owning DeviceWorker's, for the trace
+
+    def send(self, message: protocol.Message) -> None:
+        size = protocol.send(self.conn, message)
+        trace.log.debug("%s pid %d: sent %s (%d bytes)", self.name, self.proc.pid, message.brief(), size)
+
+    def receive(self, *expected: type[protocol.M]) -> protocol.M:
+        message, size = protocol.receive(self.conn, *expected)
+        trace.log.debug("%s pid %d: received %s (%d bytes)", self.name, self.proc.pid, message.brief(), size)
+        return message
 
     def stop(self, force: bool = False) -> None:
         try:
             if not force and self.proc.poll() is None:
                 try:
-                    self.conn.send(("stop", {}))
+                    self.send(protocol.Stop())
                     self.proc.wait(timeout=TERM_GRACE_S)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
@@ -170,6 +183,7 @@ class DeviceWorker:
     """
 
     def __init__(self, device: Device, options: WorkerOptions, name: str = "w0"):
+        trace.enable(trace.enabled_by_env())       # HARNESS_DEBUG=1 traces the CLI and the pytest plugin alike
         self.device = device
         self.options = options
         self.name = name
@@ -182,12 +196,8 @@ class DeviceWorker:
         self._log_dirs: set[Path] = set()
 
     @property
-    def proc(self) -> subprocess.Popen | None:
+    def proc(self) -> subprocess.Popen | _ForkedProc | None:
         return self.current.proc if self.current else None
-
-    @property
-    def conn(self) -> Connection | None:
-        return self.current.conn if self.current else None
 
     # -- lifecycle -------------------------------------------------------------
     def _spawn(self, case_env: dict[str, str]) -> _Process:
@@ -198,18 +208,21 @@ class DeviceWorker:
             return self._fork(case_env, log_path)
         parent_sock, child_sock = socket.socketpair()
         try:
-            with open(log_path, "ab") as log:
+            with open(log_path, "ab") as log_file:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "harness.worker.serve", "--fd", str(child_sock.fileno()),
                      "--device", str(self.device), "--golden-cache", self.options.golden_cache,
                      "--golden-dtype", self.options.golden_dtype],
                     pass_fds=(child_sock.fileno(),), env=worker_env(self.options, case_env),
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                     start_new_session=True,      # Ctrl-C in the terminal reaches the front end only
                 )
         finally:
             child_sock.close()
-        return _Process(proc, Connection(parent_sock.detach()), _env_key(case_env), log_path)
+        key = _env_key(case_env)
+        trace.log.debug("%s: spawned pid %d for %s (env %s, log %s)", self.name, proc.pid, self.device,
+                        _env_text(key), log_path)
+        return _Process(proc, Connection(parent_sock.detach()), key, log_path, self.name)
 
     def _fork(self, case_env: dict[str, str], log_path: Path) -> _Process:
         from harness.worker.serve import forked_main
@@ -222,21 +235,27 @@ class DeviceWorker:
         )
         process.start()
         child_conn.close()
-        return _Process(_ForkedProc(process), parent_conn, _env_key(case_env), log_path)
+        key = _env_key(case_env)
+        trace.log.debug("%s: forked pid %d for %s from the zygote (env %s, log %s)", self.name, process.pid,
+                        self.device, _env_text(key), log_path)
+        return _Process(_ForkedProc(process), parent_conn, key, log_path, self.name)
 
     def _await_ready(self, process: _Process) -> None:
         if not process.conn.poll(self.options.startup_timeout_s):
+            trace.log.debug("%s pid %d: not ready within %gs", self.name, process.proc.pid,
+                            self.options.startup_timeout_s)
             process.stop(force=True)
             raise WorkerStartError(f"worker for {self.device} did not start within "
                                    f"{self.options.startup_timeout_s:g}s (log: {process.log_path})")
         try:
-            _, ready = process.conn.recv()
+            ready = process.receive(protocol.Ready)
         except (EOFError, OSError):
+            trace.log.debug("%s pid %d: died while starting", self.name, process.proc.pid)
             process.stop(force=True)
             tail = read_log(process.log_path)[-2000:].strip()
             raise WorkerStartError(
                 f"worker for {self.device} died while starting (log: {process.log_path}): {tail}") from None
-        self.absent, self.info = ready["absent"], ready["info"]
+        self.absent, self.info = ready.absent, ready.info
 
     def ensure(self, case_env: dict[str, str]) -> None:
         key = _env_key(case_env)
@@ -247,6 +266,7 @@ class DeviceWorker:
         for _ in range(_STARTUP_ATTEMPTS):
             spare, self.spare = self.spare, None
             if spare is not None and spare.env_key != key:
+                trace.log.debug("%s: spare pid %d has another env; stopping it", self.name, spare.proc.pid)
                 spare.stop(force=True)
                 spare = None
             try:
@@ -258,12 +278,15 @@ class DeviceWorker:
             self.current = process
             if self.replacements:
                 self.spare = self._spawn(case_env)
+                trace.log.debug("%s: pid %d is the spare", self.name, self.spare.proc.pid)
             return
         raise last  # type: ignore[misc]
 
-    def replace(self) -> None:
+    def replace(self, reason: str) -> None:
         """The device context is suspect (hang, crash, sticky fault): the next case gets a fresh worker."""
         self.replacements += 1
+        if self.current is not None:
+            trace.log.debug("%s pid %d: replacing the worker: %s", self.name, self.current.proc.pid, reason)
         self.stop(force=True)
 
     def stop(self, force: bool = False) -> None:
@@ -291,45 +314,47 @@ class DeviceWorker:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_dirs.add(log_path.parent)
         started = time.perf_counter()          # the case's time, not the worker's start-up
+        current = self.current
+        request = protocol.RunRequest(case, str(log_path), repeat, str(baseline) if baseline else None)
         try:
-            self.conn.send(("run", {"case": case.to_wire(), "log": str(log_path), "repeat": repeat,
-                                    "baseline": str(baseline) if baseline else None}))
-            answered = self.conn.poll(case.timeout_s)
-            message = self.conn.recv() if answered else None
+            current.send(request)
+            answered = current.conn.poll(case.timeout_s)
+            reply = current.receive(protocol.CaseReply) if answered else None
         except (EOFError, OSError):
             return self._died(base, log_path, started)
-        if message is None:
+        if reply is None:
             return self._hung(case, base, log_path, started)
-        _, payload = message
-        return self._result(payload, base, log_path)
+        return self._result(reply, base, log_path)
 
-    def _result(self, payload: dict, base: dict, log_path: Path) -> Result:
-        duration = payload.get("duration_s", 0.0)
-        if payload["status"] == "checked":
-            return Result(outcome=Outcome(payload["outcome"]), summary=payload["summary"],
-                          report=payload["report"], metrics=payload["metrics"], duration_s=duration, **base)
-        if payload["stage"] in ("inputs", "golden", "check", "determinism"):
+    def _result(self, reply: protocol.CaseReply, base: dict, log_path: Path) -> Result:
+        failure = reply.failure
+        if failure is None:
+            return Result(outcome=reply.outcome, summary=reply.summary, report=reply.report,
+                          metrics=reply.metrics, duration_s=reply.duration_s, **base)
+        if failure.stage.harness_side:
             cls = Classification(Outcome.HARNESS_ERROR, None,
-                                 f"harness failed in {payload['stage']}: {payload['exc_type']}: "
-                                 f"{payload['message'].splitlines()[0] if payload['message'] else ''}", False)
+                                 f"harness failed in {failure.stage.value}: {failure.exc_type}: "
+                                 f"{failure.first_line}", False)
         else:
-            cls = classify_exception(payload["stage"], payload["exc_type"], payload["message"],
-                                     payload["traceback"], read_log(log_path), rules=self.options.rules)
+            cls = classify_exception(failure.stage.value, failure.exc_type, failure.message,
+                                     failure.traceback, read_log(log_path), rules=self.options.rules)
         if cls.sticky:
-            self.replace()
+            self.replace(f"sticky {cls.outcome.value}: {cls.summary}")
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary,
-                      report=payload["traceback"], duration_s=duration, sticky=cls.sticky,
+                      report=failure.traceback, duration_s=reply.duration_s, sticky=cls.sticky,
                       metrics=_fault_metrics(cls), **base)
 
     def _hung(self, case: Case, base: dict, log_path: Path, started: float) -> Result:
         proc = self.proc
+        trace.log.debug("%s: case %s gave no reply within timeout_s=%g", self.name, case.case_id, case.timeout_s)
         if proc is not None and proc.poll() is None:
             try:
+                trace.log.debug("%s pid %d: SIGUSR1 (stack dump into the case log)", self.name, proc.pid)
                 os.kill(proc.pid, signal.SIGUSR1)      # Python stacks into the case log
                 _wait_for_quiet_log(log_path, _STACK_DUMP_GRACE_S)
             except OSError:
                 pass
-        self.replace()
+        self.replace(f"no reply within timeout_s={case.timeout_s:g}")
         log_text = read_log(log_path)
         cls = classify_timeout(case.timeout_s, log_text, rules=self.options.rules)
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
@@ -344,7 +369,7 @@ class DeviceWorker:
                 returncode = proc.wait(timeout=TERM_GRACE_S)
             except subprocess.TimeoutExpired:
                 pass
-        self.replace()
+        self.replace(f"died mid-case (exit status {returncode})")
         log_text = read_log(log_path)
         cls = classify_exit(returncode, log_text, rules=self.options.rules)
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
@@ -374,6 +399,6 @@ def _fault_metrics(cls: Classification) -> dict:
         metrics["fields"] = dict(cls.fields)
     if cls.hint:
         metrics["hint"] = cls.hint
-    if getattr(cls, "name", None):
+    if cls.name:
         metrics["fault_name"] = cls.name
     return metrics

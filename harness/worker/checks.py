@@ -28,49 +28,51 @@ class Finding:
     detail: str = ""                   # the multi-line comparison report, when there is one
 
 
-@dataclass
-class Verdict:
+@dataclass(frozen=True)
+class Findings:
+    """Everything the checks found in one case, most specific first; ``outcome`` is the first's."""
+
     outcome: Outcome
-    findings: list[Finding]
+    items: tuple[Finding, ...]
     metrics: dict[str, Any] = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
-        if not self.findings:
+        if not self.items:
             return "all outputs, caches and guard bands match"
-        return self.findings[0].message
+        return self.items[0].message
 
     @property
     def report(self) -> str:
         parts = []
-        for f in self.findings:
+        for f in self.items:
             parts.append(f"[{f.outcome.value}] {f.message}")
             if f.detail:
                 parts.append(f.detail)
         return "\n".join(parts)
 
 
-def check(case: Case, ci: CaseInputs, goldens: dict[str, torch.Tensor], launched: Launched) -> Verdict:
+def run_checks(case: Case, ci: CaseInputs, goldens: dict[str, torch.Tensor], launched: Launched) -> Findings:
     findings: list[Finding] = []
     metrics: dict[str, Any] = {"compare": {}}
-    findings += _check_guards(launched)
+    findings += _guard_findings(launched)
     if launched.returned:
         findings.append(Finding(Outcome.CONTRACT, f"return value: {launched.returned}"))
     for arg in ci.op.outputs:
-        rows = ci.compare_rows if arg.name in ci.op.slot_masked_outputs else None
-        findings += _check_output(case, ci, arg.name, arg.axes, launched.outputs[arg.name],
+        rows = ci.valid_rows if arg.name in ci.op.slot_masked_outputs else None
+        findings += _output_findings(case, ci, arg.name, arg.axes, launched.outputs[arg.name],
                                   goldens[arg.name], rows, metrics)
     for arg in ci.op.caches:
-        findings += _check_cache(case, ci, arg.name, ci.args[arg.name], launched.caches[arg.name],
+        findings += _cache_findings(case, ci, arg.name, ci.args[arg.name], launched.caches[arg.name],
                                  goldens.get(arg.name), metrics)
     findings.sort(key=lambda f: CHECK_PRECEDENCE.index(f.outcome))
     outcome = findings[0].outcome if findings else Outcome.PASS
-    return Verdict(outcome, findings, metrics)
+    return Findings(outcome, tuple(findings), metrics)
 
 
 # -- guard bands ----------------------------------------------------------------
 
-def _check_guards(launched: Launched) -> list[Finding]:
+def _guard_findings(launched: Launched) -> list[Finding]:
     findings = []
     for name, (before, after) in launched.guard_damage.items():
         if not before and not after:
@@ -90,7 +92,7 @@ def _span(offsets: list[int]) -> str:
 
 # -- outputs --------------------------------------------------------------------
 
-def _check_output(case: Case, ci: CaseInputs, name: str, axes, actual: torch.Tensor,
+def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.Tensor,
                   expected: torch.Tensor, rows: torch.Tensor | None, metrics: dict) -> list[Finding]:
     if rows is not None and not bool(rows.any()):
         metrics["compare"][name] = {"skipped": "every row has slot < 0"}
@@ -123,7 +125,7 @@ def _check_output(case: Case, ci: CaseInputs, name: str, axes, actual: torch.Ten
     if not cmp.passed:
         findings.append(Finding(Outcome.MISMATCH, _mismatch_line(cmp), cmp.report()))
     elif tol.argmax_margin is not None:
-        findings += _check_argmax(name, actual, expected, row_mask, tol.argmax_margin, metrics)
+        findings += _argmax_findings(name, actual, expected, row_mask, tol.argmax_margin, metrics)
     return findings
 
 
@@ -149,7 +151,7 @@ def _where(mask: torch.Tensor, axes) -> str:
     return " in " + ", ".join(parts) if parts else ""
 
 
-def _check_argmax(name: str, actual: torch.Tensor, expected: torch.Tensor, rows: torch.Tensor,
+def _argmax_findings(name: str, actual: torch.Tensor, expected: torch.Tensor, rows: torch.Tensor,
                   margin: float, metrics: dict) -> list[Finding]:
     """An argmax flip is a near tie when the golden's logit gap between the two picks is within margin."""
     a_arg = actual.float().argmax(dim=-1)
@@ -180,7 +182,7 @@ def _check_argmax(name: str, actual: torch.Tensor, expected: torch.Tensor, rows:
 
 # -- caches -----------------------------------------------------------------------
 
-def _check_cache(case: Case, ci: CaseInputs, name: str, before: torch.Tensor, after: torch.Tensor,
+def _cache_findings(case: Case, ci: CaseInputs, name: str, before: torch.Tensor, after: torch.Tensor,
                  golden_rows: torch.Tensor | None, metrics: dict) -> list[Finding]:
     """Rows at valid slots match the golden; every other row is bit-identical to its canary."""
     P = case.geometry.page_size

@@ -24,13 +24,12 @@ from typing import Any, Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.worker.ratio_allclose import _summarise as summarise_localisation
+from harness.worker.ratio_allclose import summarise_localisation
 from harness.ops import OpSpec
 
 # Cache dims: the paged layout [N, P, Hkv, D].
 CACHE_AXES = ("page", "offset", "head", None)
 _MEMORY_BYTES = 512 * 2 ** 20
-_LISTED = 4
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -138,7 +137,7 @@ class Baselines:
         self._remember(path, tensors, repeat)
 
 
-def check(baselines: Baselines, path: str, op: OpSpec, outputs: dict[str, torch.Tensor],
+def diff_against_baseline(baselines: Baselines, path: str, op: OpSpec, outputs: dict[str, torch.Tensor],
           caches: dict[str, torch.Tensor], repeat: int, passed: bool = True) -> dict[str, Any]:
     """Compare this iteration's buffers with the baseline at ``path``.
 

@@ -1,7 +1,7 @@
-"""One case, start to verdict, inside the device worker's process.
+"""One case, start to reply, inside the device worker's process.
 
 inputs from the seed → golden (cached) → kernel import → launch → checks.
-Returns a plain-data payload; the front end turns it into a ``Result``
+Returns a ``protocol.CaseReply``; the front end turns it into a ``Result``
 (classifying exceptions there, where the log and exit status are known too).
 The in-process benchmark loop calls this same function, so the harness's
 overhead is measured against exactly this work.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import time
 import traceback
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -22,17 +22,18 @@ from harness.worker import inputs
 from harness.case import Case
 from harness.devices import Backend, Device
 from harness.worker.launch import ContractError, launch
+from harness.worker.protocol import CaseReply, Failure, Stage
 from harness.provenance import kernel_origin
 from harness.registry import target as kernel_target
 
 GOLDEN_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 
 
-class Stage(Exception):
+class StageError(Exception):
     """An exception tagged with the stage it came from (import, contract, launch, ...)."""
 
-    def __init__(self, stage: str, exc: BaseException):
-        super().__init__(stage)
+    def __init__(self, stage: Stage, exc: BaseException):
+        super().__init__(stage.value)
         self.stage, self.exc = stage, exc
 
 
@@ -59,58 +60,48 @@ class KernelLoader:
         return self.origins.get(kernel_target(kernel, op), {})
 
 
-def _stage(name: str, fn: Callable, *args, **kwargs):
+def _stage(stage: Stage, fn: Callable, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except Exception as exc:  # tagged and re-raised; classified by the front end
-        raise Stage(name, exc) from exc
+        raise StageError(stage, exc) from exc
 
 
 def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,
                  loader: KernelLoader, golden_dtype: str = "fp32", *, repeat: int = 0,
-                 baseline: str | None = None, baselines: determinism.Baselines | None = None) -> dict[str, Any]:
+                 baseline: str | None = None, baselines: determinism.Baselines | None = None) -> CaseReply:
     """``baseline``: a file to compare every output and cache with bit for bit (fixed-seed
     flake hunts; the first iteration writes it), kept in ``baselines`` between cases."""
     t0 = time.perf_counter()
     try:
-        ci = _stage("inputs", inputs.generate, case)
+        ci = _stage(Stage.INPUTS, inputs.generate, case)
         t1 = time.perf_counter()
-        goldens, hit = _stage("golden", golden_cache.get_or_compute, case.op, ci.spec, ci.args,
+        goldens, hit = _stage(Stage.GOLDEN, golden_cache.get_or_compute, case.op, ci.spec, ci.args,
                               GOLDEN_DTYPES[golden_dtype])
         t2 = time.perf_counter()
-        kernel = _stage("import", loader.load, case.kernel, case.op)
+        kernel = _stage(Stage.IMPORT, loader.load, case.kernel, case.op)
         torch_device = backend.torch_device(device)
         try:
             launched = launch(kernel, ci, torch_device, lambda: backend.synchronize(device))
         except ContractError as exc:
-            raise Stage("contract", exc) from exc
+            raise StageError(Stage.CONTRACT, exc) from exc
         except Exception as exc:
-            raise Stage("launch", exc) from exc
+            raise StageError(Stage.LAUNCH, exc) from exc
         t3 = time.perf_counter()
-        verdict = _stage("check", checks.check, case, ci, goldens, launched)
+        found = _stage(Stage.CHECK, checks.run_checks, case, ci, goldens, launched)
         bits = None
         if baseline:
-            bits = _stage("determinism", determinism.check, baselines or determinism.Baselines(), baseline,
-                          ci.op, launched.outputs, launched.caches, repeat, verdict.outcome.passed)
+            bits = _stage(Stage.DETERMINISM, determinism.diff_against_baseline,
+                          baselines or determinism.Baselines(), baseline,
+                          ci.op, launched.outputs, launched.caches, repeat, found.outcome.passed)
         t4 = time.perf_counter()
-    except Stage as tagged:
+    except StageError as tagged:
         exc = tagged.exc
-        return {
-            "status": "exception",
-            "stage": tagged.stage,
-            "exc_type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": "".join(traceback.format_exception(exc)),
-            "duration_s": time.perf_counter() - t0,
-        }
+        failure = Failure(tagged.stage, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)))
+        return CaseReply(case.case_id, time.perf_counter() - t0, failure=failure)
     timings = {"inputs_s": t1 - t0, "golden_s": t2 - t1, "launch_s": t3 - t2, "check_s": t4 - t3}
-    return {
-        "status": "checked",
-        "outcome": verdict.outcome.value,
-        "summary": verdict.summary,
-        "report": verdict.report,
-        "metrics": {**verdict.metrics, "timings": timings, "golden_cache_hit": hit,
-                    "kernel": loader.origin(case.kernel, case.op),
-                    **({"determinism": bits} if bits is not None else {})},
-        "duration_s": time.perf_counter() - t0,
-    }
+    metrics = {**found.metrics, "timings": timings, "golden_cache_hit": hit,
+               "kernel": loader.origin(case.kernel, case.op),
+               **({"determinism": bits} if bits is not None else {})}
+    return CaseReply(case.case_id, time.perf_counter() - t0, outcome=found.outcome, summary=found.summary,
+                     report=found.report, metrics=metrics)

@@ -34,8 +34,8 @@ class CaseInputs:
     spec: dict[str, Any]                 # canonical description of the inputs (the golden cache key)
 
     @property
-    def compare_rows(self) -> torch.Tensor:
-        """Rows of slot-masked outputs that are compared: the ones with a valid slot."""
+    def valid_rows(self) -> torch.Tensor:
+        """Rows of slot-masked outputs that are checked: the ones with a valid slot."""
         return self.slots >= 0
 
 

@@ -4,8 +4,8 @@ Every writable buffer (outputs and caches) is a view into a larger allocation
 whose guard bands hold a byte pattern: a write before the buffer start (the
 ``slot = -1`` bug on hardware) changes them.  Outputs are poisoned with a NaN
 whose payload no arithmetic produces, so "never written" and "computed NaN"
-are told apart.  The signature is checked before the call, the device is
-synchronized after it, and the returned value is checked against the contract.
+are told apart.  The signature is verified before the call, the device is
+synchronized after it, and the returned value is held against the contract.
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ class Launched:
     returned: str | None               # None when the return value fits the contract, else what was wrong
 
 
-def check_signature(kernel: Callable, kwargs: dict[str, Any], op_name: str) -> None:
+def verify_signature(kernel: Callable, kwargs: dict[str, Any], op_name: str) -> None:
     try:
         sig = inspect.signature(kernel)
     except (TypeError, ValueError):      # builtins and extension functions: nothing to check
@@ -139,7 +139,7 @@ def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: 
         buffers[arg.name] = GuardedBuffer.allocate(arg.name, poisoned(shape, dtype), device, guard)
     kwargs.update({name: buf.view for name, buf in buffers.items()})
 
-    check_signature(kernel, kwargs, ci.op.name)
+    verify_signature(kernel, kwargs, ci.op.name)
     ret = kernel(**kwargs)
     synchronize()
 

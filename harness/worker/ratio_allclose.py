@@ -92,7 +92,7 @@ import torch
 
 from harness.outcomes import Outcome
 
-__all__ = ["Comparison", "ratio_allclose"]
+__all__ = ["Comparison", "ratio_allclose", "summarise_localisation"]
 
 Index = tuple[int, ...]
 
@@ -112,7 +112,7 @@ MAP_CELLS = 64
 
 @dataclass(frozen=True)
 class Comparison:
-    """The verdict of one ``ratio_allclose`` call, kept as data, rendered late."""
+    """The result of one ``ratio_allclose`` call, kept as data, rendered late."""
 
     name: str
     passed: bool
@@ -186,7 +186,7 @@ class Comparison:
                      f"expected {self.nonfinite_expected}")
         if self.localisation:
             lines.append("  localisation:")
-            lines.extend(f"    {_summarise(name, ratios)}"
+            lines.extend(f"    {summarise_localisation(name, ratios)}"
                          for name, ratios in self.localisation.items())
         return "\n".join(lines)
 
@@ -225,7 +225,8 @@ def _pct(ratio: float) -> str:
     return text
 
 
-def _summarise(name: str, ratios: Sequence[float]) -> str:
+def summarise_localisation(name: str, ratios: Sequence[float]) -> str:
+    """One ``localisation`` line of the report (formats above) from the bad ratio per index (NaN: none compared)."""
     compared = [(i, r) for i, r in enumerate(ratios) if not math.isnan(r)]
     bad = [(i, r) for i, r in compared if r > 0]
     n_cmp, n_bad = len(compared), len(bad)
@@ -250,7 +251,7 @@ def _summarise(name: str, ratios: Sequence[float]) -> str:
 # Arguments ("not my input" is a ValueError, never a mismatch)
 # --------------------------------------------------------------------------
 
-def _check_tolerance(label: str, value: Any, upper: float | None = None) -> float:
+def _valid_tolerance(label: str, value: Any, upper: float | None = None) -> float:
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -261,7 +262,7 @@ def _check_tolerance(label: str, value: Any, upper: float | None = None) -> floa
     return x
 
 
-def _check_tensors(actual: Any, expected: Any) -> None:
+def _validate_tensors(actual: Any, expected: Any) -> None:
     for label, t in (("actual", actual), ("expected", expected)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{label} must be a torch.Tensor, got {type(t).__name__}")
@@ -275,7 +276,7 @@ def _check_tensors(actual: Any, expected: Any) -> None:
                          f"expected on {expected.device}")
 
 
-def _check_axes(axes: Sequence[str | None] | None, ndim: int) -> dict[int, str]:
+def _valid_axes(axes: Sequence[str | None] | None, ndim: int) -> dict[int, str]:
     if axes is None:
         return {}
     axes = tuple(axes)
@@ -293,7 +294,7 @@ def _check_axes(axes: Sequence[str | None] | None, ndim: int) -> dict[int, str]:
     return named
 
 
-def _check_groups(groups: Mapping[str, tuple[int, Any]] | None, shape: tuple[int, ...],
+def _valid_groups(groups: Mapping[str, tuple[int, Any]] | None, shape: tuple[int, ...],
                   taken: set[str]) -> dict[str, tuple[int, torch.Tensor]]:
     if not groups:
         return {}
@@ -321,7 +322,7 @@ def _check_groups(groups: Mapping[str, tuple[int, Any]] | None, shape: tuple[int
     return out
 
 
-def _check_rows(rows: Any, shape: tuple[int, ...]) -> torch.Tensor | None:
+def _valid_rows(rows: Any, shape: tuple[int, ...]) -> torch.Tensor | None:
     if rows is None:
         return None
     if not shape:
@@ -670,7 +671,7 @@ class _Walk:
             rows = torch.arange(counts.shape[0], dtype=torch.int64) // k0
         grid2.index_add_(0, rows, _sum_blocks(counts, k1).to("cpu", torch.int64))
 
-    # -- the verdict -----------------------------------------------------------
+    # -- the result ------------------------------------------------------------
 
     def public(self, index: Index | None) -> Index:
         """The caller's index: () for a 0-dim tensor, walked as shape (1,)."""
@@ -793,17 +794,17 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
             dim; a negative label leaves that index out of every group.
     rows:   bool mask over dim 0; only rows marked True are compared.
     """
-    _check_tensors(actual, expected)
-    atol = _check_tolerance("atol", atol)
-    rtol = _check_tolerance("rtol", rtol)
-    max_error_ratio = _check_tolerance("max_error_ratio", max_error_ratio, upper=1.0)
+    _validate_tensors(actual, expected)
+    atol = _valid_tolerance("atol", atol)
+    rtol = _valid_tolerance("rtol", rtol)
+    max_error_ratio = _valid_tolerance("max_error_ratio", max_error_ratio, upper=1.0)
     if not isinstance(chunk_elems, int) or chunk_elems < 1:
         raise ValueError(f"chunk_elems must be an int >= 1, got {chunk_elems!r}")
     caller_ndim = actual.dim()
     shape = tuple(actual.shape)
-    named = _check_axes(axes, caller_ndim)
-    group_specs = _check_groups(groups, shape, set(named.values()))
-    mask = _check_rows(rows, shape)
+    named = _valid_axes(axes, caller_ndim)
+    group_specs = _valid_groups(groups, shape, set(named.values()))
+    mask = _valid_rows(rows, shape)
     if caller_ndim == 0:
         actual, expected, shape = actual.reshape(1), expected.reshape(1), (1,)
 

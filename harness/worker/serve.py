@@ -1,10 +1,11 @@
 """The device worker process: imports torch once, then runs cases sent over a pipe.
 
-Started by ``harness.run.pool`` as ``python -m harness.worker.serve --fd N --device D``.
-It knows nothing of the front end: messages are ``(name, kwargs)`` tuples;
-``run`` executes one case with stdout/stderr redirected at the file-descriptor
-level into the case's log (native kernels print there too), and answers with
-``result``.  Python stacks of every thread are dumped into the current log on
+Started by ``harness.run.pool`` as ``python -m harness.worker.serve --fd N --device D``
+(or forked from the CPU zygote, ``forked_main``).  It knows nothing of the front end:
+messages are ``harness.worker.protocol`` records; a ``RunRequest`` executes one case
+with stdout/stderr redirected at the file-descriptor level into the case's log (native
+kernels print there too), and is answered with a ``CaseReply``.  Python stacks of every
+thread are dumped into the current log on
 SIGUSR1 (sent by the front end before it kills a hung case) and on a fatal
 signal.
 """
@@ -17,6 +18,8 @@ import os
 import signal
 import sys
 from multiprocessing.connection import Connection
+
+from harness.worker import protocol
 
 
 @contextlib.contextmanager
@@ -40,13 +43,12 @@ def redirected_output(log_path: str):
 
 
 def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtype: str) -> int:
-    """The message loop: announce readiness, then run cases until ``stop`` or the pipe closes."""
+    """The message loop: announce readiness, then run cases until ``Stop`` or the pipe closes."""
     faulthandler.enable(all_threads=True)           # fatal signals: stacks to fd 2 (the case log)
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
     from harness.goldens.cache import GoldenCache
     from harness.devices import backend as backend_for, parse_device
-    from harness.case import Case
     from harness.worker.determinism import Baselines
     from harness.worker.execute import KernelLoader, execute_case
 
@@ -60,22 +62,19 @@ def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtyp
     golden_cache = GoldenCache(golden_cache_dir or None)
     loader = KernelLoader()
     baselines = Baselines()
-    conn.send(("ready", {"absent": absent, "info": info, "pid": os.getpid()}))
+    protocol.send(conn, protocol.Ready(pid=os.getpid(), absent=absent, info=info))
 
     while True:
         try:
-            name, kwargs = conn.recv()
+            request, _ = protocol.receive(conn, protocol.RunRequest, protocol.Stop)
         except EOFError:
             return 0
-        if name == "stop":
+        if isinstance(request, protocol.Stop):
             return 0
-        if name == "run":
-            case = Case.from_wire(kwargs["case"])
-            with redirected_output(kwargs["log"]):
-                payload = execute_case(case, device, backend, golden_cache, loader, golden_dtype,
-                                       repeat=kwargs.get("repeat", 0), baseline=kwargs.get("baseline"),
-                                       baselines=baselines)
-            conn.send(("result", payload))
+        with redirected_output(request.log):
+            reply = execute_case(request.case, device, backend, golden_cache, loader, golden_dtype,
+                                 repeat=request.repeat, baseline=request.baseline, baselines=baselines)
+        protocol.send(conn, reply)
 
 
 def forked_main(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtype: str,

@@ -42,20 +42,20 @@ def test_different_nan_payloads_differ():
     assert d["count"] == 1 and d["max_abs_diff"] is None
 
 
-def test_check_saves_the_first_iteration_and_compares_later_ones(tmp_path):
+def test_diff_against_baseline_saves_the_first_iteration_and_compares_later_ones(tmp_path):
     op = OPS["rope_kv_write"]
     path = str(tmp_path / "b" / "case.safetensors")
     cache = torch.zeros((2, 4, 2, 16), dtype=torch.bfloat16)
     q = _query()
-    first = determinism.check(determinism.Baselines(), path, op, {"query": q}, {"k_cache": cache, "v_cache": cache}, 0)
+    first = determinism.diff_against_baseline(determinism.Baselines(), path, op, {"query": q}, {"k_cache": cache, "v_cache": cache}, 0)
     assert first["baseline"] and first["identical"]
     # a fresh worker (no memory) reads the file
-    same = determinism.check(determinism.Baselines(), path, op, {"query": q.clone()},
+    same = determinism.diff_against_baseline(determinism.Baselines(), path, op, {"query": q.clone()},
                              {"k_cache": cache.clone(), "v_cache": cache.clone()}, 1)
     assert same["identical"] and not same["baseline"] and same["baseline_repeat"] == 0
     changed = cache.clone()
     changed[1, 3, 0, 5] = 1.0                            # page 1, offset 3, head 0
-    diff = determinism.check(determinism.Baselines(), path, op, {"query": q},
+    diff = determinism.diff_against_baseline(determinism.Baselines(), path, op, {"query": q},
                              {"k_cache": changed, "v_cache": cache}, 2)
     assert diff["identical"] is False
     (d,) = diff["differs"]
@@ -87,10 +87,10 @@ def test_a_failing_iteration_never_becomes_the_baseline(tmp_path):
     torn, good = _query(), _query()
     torn[:, 1] = 3.0
     caches = {"k_cache": cache, "v_cache": cache.clone()}
-    first = determinism.check(determinism.Baselines(), path, op, {"query": torn}, caches, 0, passed=False)
+    first = determinism.diff_against_baseline(determinism.Baselines(), path, op, {"query": torn}, caches, 0, passed=False)
     assert first["identical"] is None and not first["baseline"] and first["digests"]["query"]
-    second = determinism.check(determinism.Baselines(), path, op, {"query": good}, caches, 1, passed=True)
+    second = determinism.diff_against_baseline(determinism.Baselines(), path, op, {"query": good}, caches, 1, passed=True)
     assert second["baseline"] and second["baseline_repeat"] == 1
-    third = determinism.check(determinism.Baselines(), path, op, {"query": torn}, caches, 2, passed=False)
+    third = determinism.diff_against_baseline(determinism.Baselines(), path, op, {"query": torn}, caches, 2, passed=False)
     assert third["identical"] is False and third["baseline_repeat"] == 1      # compared once a baseline exists
     assert third["differs"][0]["localisation"]["head"] == [0.0, 1.0, 0.0, 0.0]

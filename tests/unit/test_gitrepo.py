@@ -56,7 +56,7 @@ def run_case(kernel) -> Outcome:
                 slot_mode=SlotMode("arange"), seed=0)
     ci = generate(case)
     launched = launch(kernel, ci, torch.device("cpu"), lambda: None)
-    return checks.check(case, ci, goldens.compute(case.op, ci.args), launched).outcome
+    return checks.run_checks(case, ci, goldens.compute(case.op, ci.args), launched).outcome
 
 
 def test_same_arguments_give_the_same_shas(tmp_path, repo):

@@ -33,7 +33,7 @@ def case(op="rope_kv_write", **kw) -> Case:
 def run(c: Case, kernel):
     ci = generate(c)
     launched = launch(kernel, ci, CPU, lambda: None)
-    return checks.check(c, ci, goldens.compute(c.op, ci.args), launched)
+    return checks.run_checks(c, ci, goldens.compute(c.op, ci.args), launched)
 
 
 # -- devices ---------------------------------------------------------------------
@@ -78,8 +78,8 @@ def test_signature_that_does_not_fit_is_refused_before_launch():
 
 
 def test_reference_passes_and_leaves_unmapped_rows_alone():
-    verdict = run(case(), reference.rope_kv_write)
-    assert verdict.outcome is Outcome.PASS, verdict.report
+    found = run(case(), reference.rope_kv_write)
+    assert found.outcome is Outcome.PASS, found.report
 
 
 def test_write_to_an_unmapped_row_is_a_contract_finding():
@@ -90,11 +90,11 @@ def test_write_to_an_unmapped_row_is_a_contract_finding():
         reference.rope_kv_write(**kw)
         kw["k_cache"].view(-1, *kw["k_cache"].shape[-2:])[stray] = 0.0
 
-    verdict = run(c, writes_a_stray_row_too)
-    assert verdict.outcome is Outcome.CONTRACT
+    found = run(c, writes_a_stray_row_too)
+    assert found.outcome is Outcome.CONTRACT
     P = c.geometry.page_size
     assert (f"k_cache: 1 rows outside the slot mapping changed: slot {stray} (page {stray // P}, "
-            f"offset {stray % P})") in verdict.summary
+            f"offset {stray % P})") in found.summary
 
 
 def test_oob_write_takes_precedence_over_everything_it_causes():
@@ -104,10 +104,10 @@ def test_oob_write_takes_precedence_over_everything_it_causes():
         torch.as_strided(out, (4,), (1,), out.storage_offset() - 4).fill_(0)
         out[0] = 0.0
 
-    verdict = run(case(op="paged_decode_attention"), scribbles_before_out)
-    assert verdict.outcome is Outcome.OOB_WRITE
-    assert [f.outcome for f in verdict.findings] == [Outcome.OOB_WRITE, Outcome.MISMATCH]
-    assert "out: guard band overwritten: 4 elements before the start (offsets -4..-1)" in verdict.report
+    found = run(case(op="paged_decode_attention"), scribbles_before_out)
+    assert found.outcome is Outcome.OOB_WRITE
+    assert [f.outcome for f in found.items] == [Outcome.OOB_WRITE, Outcome.MISMATCH]
+    assert "out: guard band overwritten: 4 elements before the start (offsets -4..-1)" in found.report
 
 
 @pytest.mark.parametrize("returned, expected", [
@@ -123,11 +123,11 @@ def test_returned_buffer_check(returned, expected):
         reference.fused_rope_decode_attention(**kw)
         return returned(kw)
 
-    verdict = run(case(op="fused_rope_decode_attention"), kernel)
+    found = run(case(op="fused_rope_decode_attention"), kernel)
     if expected is None:
-        assert verdict.outcome is Outcome.PASS, verdict.report
+        assert found.outcome is Outcome.PASS, found.report
     else:
-        assert verdict.outcome is Outcome.CONTRACT and expected in verdict.summary
+        assert found.outcome is Outcome.CONTRACT and expected in found.summary
 
 
 # -- argmax near ties ---------------------------------------------------------------
@@ -148,16 +148,16 @@ def _swap_top2(**kw):
 
 
 def test_argmax_flip_within_the_margin_is_a_near_tie():
-    verdict = run(_layers_case(margin=100.0), _swap_top2)
-    assert verdict.outcome is Outcome.NEAR_TIE, verdict.report
-    assert verdict.outcome.passed
-    assert verdict.metrics["argmax"]["near_ties"] == 4
+    found = run(_layers_case(margin=100.0), _swap_top2)
+    assert found.outcome is Outcome.NEAR_TIE, found.report
+    assert found.outcome.passed
+    assert found.metrics["argmax"]["near_ties"] == 4
 
 
 def test_argmax_flip_beyond_the_margin_is_a_mismatch():
-    verdict = run(_layers_case(margin=0.0), _swap_top2)
-    assert verdict.outcome is Outcome.MISMATCH
-    assert "argmax differs in 4 rows beyond the near-tie margin" in verdict.summary
+    found = run(_layers_case(margin=0.0), _swap_top2)
+    assert found.outcome is Outcome.MISMATCH
+    assert "argmax differs in 4 rows beyond the near-tie margin" in found.summary
 
 
 # -- outcomes, classification, JSON ----------------------------------------------------
@@ -209,6 +209,6 @@ def test_negative_slot_used_as_an_index_is_named():
             if slot < 0:
                 k[slot] = 1.0                   # Python indexing: -1 is the last row
 
-    verdict = run(case(slot_mode=SlotMode("padded", 0.5)), wraps_negative_slots)
-    assert verdict.outcome is Outcome.CONTRACT
-    assert "a write for slot < 0" in verdict.summary
+    found = run(case(slot_mode=SlotMode("padded", 0.5)), wraps_negative_slots)
+    assert found.outcome is Outcome.CONTRACT
+    assert "a write for slot < 0" in found.summary
