@@ -374,8 +374,8 @@ def _refuse_identical_cases(cases: list[Case]) -> None:
         if ident in first:
             path, _, line = case.source.rpartition(":")
             raise CaseFileError(path, int(line), None, "",
-                              f"case '{case.case_id}' is the same case as '{first[ident].case_id}' "
-                              f"({first[ident].source})")
+                                f"case '{case.case_id}' is the same case as '{first[ident].case_id}' "
+                                f"({first[ident].source})")
         first[ident] = case
 
 
@@ -416,8 +416,8 @@ def load_paths(paths: "Iterable[str | os.PathLike[str]] | str | os.PathLike[str]
             if case.case_id in first:
                 path, _, line = case.source.rpartition(":")
                 raise CaseFileError(path, int(line), None, "",
-                                  f"duplicate case id '{case.case_id}' (also defined at {first[case.case_id].source}; "
-                                  f"set `name:` to tell the files apart)")
+                                    f"duplicate case id '{case.case_id}' (also defined at {first[case.case_id].source}; "
+                                    f"set `name:` to tell the files apart)")
             first[case.case_id] = case
             cases.append(case)
     return cases
