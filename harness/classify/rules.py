@@ -126,7 +126,7 @@ _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 class _File:
-    """A composed YAML file whose nodes still know their line and column."""
+    """A rules file composed as located YAML: its nodes still know their line and column."""
 
     def __init__(self, path: Path, shown: str):
         try:
