@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.classify.matching import builtin_rules, classify_exception, read_log  # noqa: E402
+from harness.classify import builtin_rules, classify_exception, read_log  # noqa: E402
 
 CAUSE = (b"[ERROR] RUNTIME(48211,python):2026-03-14-09:21:07.512.334 [device_error_proc.cc:1057]48211 "
          b"ProcessStarsCoreErrorInfo: The aicore execution is abnormal, device_id=6, stream_id=3, task_id=12, "

@@ -1,8 +1,8 @@
 """The values one expanded case carries: geometry, input modes, tolerances.
 
 Pure data with plain-JSON wire forms, so a case crosses the pipe to a device
-worker and into the store unchanged.  ``matrix.py`` builds these from YAML and
-validates them; ``inputs.py`` (in the worker) turns them into tensors.
+worker and into the store unchanged.  ``harness.casefiles`` builds these from
+YAML and validates them; ``harness.worker.inputs`` turns them into tensors.
 """
 from __future__ import annotations
 
@@ -63,11 +63,6 @@ class SeqLens:
         if self.kind == "uniform":
             return self.values[1]
         return max(self.values)
-
-    def min_len(self, page_size: int) -> int:
-        if self.kind == "multi_block":
-            return min(multi_block_lengths(page_size))
-        return min(self.values)
 
     def __str__(self) -> str:
         if self.kind == "const":

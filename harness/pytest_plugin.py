@@ -58,10 +58,10 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
 
 class CaseFile(pytest.File):
     def collect(self):
-        from harness.casefiles.matrix import MatrixError, load_matrix
+        from harness.casefiles import CaseFileError, load_matrix
         try:
             cases = load_matrix(self.path)
-        except MatrixError as exc:
+        except CaseFileError as exc:
             raise self.CollectError(str(exc)) from None
         repeat = self.config.getoption("--repeat")
         for case in cases:
@@ -128,10 +128,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     expr = config.getoption("--case-k")
     if not expr:
         return
-    from harness.casefiles.matrix import MatrixError, compile_expression
+    from harness.casefiles import ExpressionError, compile_expression
     try:
         matches = compile_expression(expr)
-    except MatrixError as exc:
+    except ExpressionError as exc:
         raise pytest.UsageError(str(exc)) from None
     keep = [i for i in items if not isinstance(i, CaseItem) or matches(i.case.case_id)]
     dropped = [i for i in items if i not in keep]
@@ -176,7 +176,7 @@ def _engine(config: pytest.Config):
 
 
 def _rules(config: pytest.Config):
-    from harness.classify.matching import default_rules
+    from harness.classify import default_rules
     return default_rules(extra=[Path(p) for p in config.getoption("--harness-rules")])
 
 
@@ -184,10 +184,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--repeat", 1) < 1:
         raise pytest.UsageError(f"--repeat must be at least 1, got {config.getoption('--repeat')}")
     if config.getoption("--harness-rules", None):
-        from harness.casefiles.matrix import MatrixError
+        from harness.classify import RulesError
         try:
             _rules(config)
-        except MatrixError as exc:
+        except RulesError as exc:
             raise pytest.UsageError(str(exc)) from None
     opt = config.getoption("--device", None)
     if opt:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.case import Case
-from harness.classify.matching import default_rules
+from harness.classify import default_rules
 from harness.devices import DeviceError, parse_device, parse_device_list
 from harness.flake import hunt as flake
 from harness.refs import compare as refcompare
@@ -28,7 +28,7 @@ from harness.bisect.driver import (CLEAN, SIGHTED, BisectError, BisectState, Sig
                             render_report, run_steps)
 from harness.bisect.search import FlakyBisect
 from harness.flake.hunt import SEED_MODES, HuntOptions
-from harness.casefiles.matrix import MatrixError, load_paths, select
+from harness.casefiles import ExpressionError, LocatedError, load_paths, select
 from harness.outcomes import Outcome, Result
 from harness.shard.merge import MergeError, load_durations, merge
 from harness.run.pool import WorkerOptions
@@ -809,7 +809,8 @@ def _git_safe(argv: list[str]) -> int:
 def _dispatch(args) -> int:
     try:
         return COMMANDS[args.command](args)
-    except (MatrixError, DeviceError, UsageError, refs.RefError, BisectError, SignatureError, ShardError) as exc:
+    except (LocatedError, ExpressionError, DeviceError, UsageError, refs.RefError, BisectError, SignatureError,
+            ShardError) as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except StoreError as exc:  # the store failed mid-run (disk full, ...): not a harness bug

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.classify.matching import (
+from harness.casefiles import LocatedError
+from harness.classify import (
     PROJECT_RULES_FILE,
     Classification,
     Role,
@@ -26,7 +27,6 @@ from harness.classify.matching import (
     match_rules,
     read_log,
 )
-from harness.casefiles.matrix import MatrixError
 from harness.outcomes import Outcome
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -324,7 +324,7 @@ def test_bad_rules_files_are_one_line_errors_with_their_place(tmp_path, body, wh
     assert "\n" not in text
     assert text.startswith(str(tmp_path / where)), text
     assert message in text, text
-    assert isinstance(info.value, ValueError) and isinstance(info.value, MatrixError)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, LocatedError)
 
 
 def test_a_missing_rules_file_is_a_rules_error(tmp_path):

@@ -20,10 +20,10 @@ from harness.case import (
     SlotMode,
     Tolerance,
 )
-from harness.casefiles.matrix import (
+from harness.casefiles import (
     CASE_KEYS,
+    CaseFileError,
     ExpressionError,
-    MatrixError,
     Where,
     load_matrix,
     load_paths,
@@ -31,6 +31,7 @@ from harness.casefiles.matrix import (
     parse_slot_mode,
     select,
 )
+from harness.errors import UsageError
 
 SPEC_EXAMPLE = """\
 name: decode-rope-kv              # optional; default: the file's stem
@@ -63,9 +64,9 @@ def load(tmp_path, text: str, name: str = "m.yaml") -> list[Case]:
     return load_matrix(write(tmp_path, text, name))
 
 
-def error(tmp_path, text: str, name: str = "m.yaml") -> MatrixError:
+def error(tmp_path, text: str, name: str = "m.yaml") -> CaseFileError:
     path = write(tmp_path, text, name)
-    with pytest.raises(MatrixError) as info:
+    with pytest.raises(CaseFileError) as info:
         load_matrix(path)
     err = info.value
     assert "\n" not in str(err)
@@ -148,9 +149,9 @@ class TestSpecExample:
 # ---------------------------------------------------------------------------
 
 def test_every_case_key_has_a_parser_and_a_default():
-    from harness.casefiles import matrix
-    assert set(matrix._PARSERS) == set(CASE_KEYS)
-    assert set(matrix._DEFAULT_PLAIN) | set(GEOMETRY_FIELDS) == set(CASE_KEYS)
+    from harness.casefiles import values
+    assert set(values._PARSERS) == set(CASE_KEYS)
+    assert set(values._DEFAULT_PLAIN) | set(GEOMETRY_FIELDS) == set(CASE_KEYS)
 
 
 def test_defaults(tmp_path):
@@ -488,14 +489,14 @@ def test_seq_lens_normal_forms():
     ({"a": 1}, "got a mapping"),
 ])
 def test_parse_seq_lens_bad(value, message):
-    with pytest.raises(MatrixError) as info:
+    with pytest.raises(CaseFileError) as info:
         parse_seq_lens(value, "--seq-lens")
     assert message in str(info.value)
     assert str(info.value).startswith("--seq-lens")
 
 
 def test_parse_with_a_where():
-    with pytest.raises(MatrixError) as info:
+    with pytest.raises(CaseFileError) as info:
         parse_seq_lens([1, -1], Where("cases/x.yaml", 3, 7, "seq_lens"))
     assert str(info.value) == "cases/x.yaml:3:7: seq_lens[1]: sequence lengths must be >= 1, got -1"
 
@@ -526,7 +527,7 @@ def test_parse_slot_mode(value, expected):
     (None, "got null"),
 ])
 def test_parse_slot_mode_bad(value, message):
-    with pytest.raises(MatrixError) as info:
+    with pytest.raises(CaseFileError) as info:
         parse_slot_mode(value, "--slot-mode")
     assert message in str(info.value)
 
@@ -942,7 +943,7 @@ def test_load_paths_directory(tmp_path):
 def test_load_paths_duplicate_ids_across_files(tmp_path):
     write(tmp_path, "op: rope_kv_write\n", "x/decode.yaml")
     write(tmp_path, "op: rope_kv_write\nseed: 3\n", "y/decode.yaml")
-    with pytest.raises(MatrixError) as info:
+    with pytest.raises(CaseFileError) as info:
         load_paths([tmp_path / "x", tmp_path / "y"])
     err = info.value
     assert err.path == str(tmp_path / "y" / "decode.yaml") and err.line == 1
@@ -950,34 +951,34 @@ def test_load_paths_duplicate_ids_across_files(tmp_path):
 
 
 def test_load_paths_missing_and_empty(tmp_path):
-    with pytest.raises(MatrixError, match="no such file or directory"):
+    with pytest.raises(CaseFileError, match="no such file or directory"):
         load_paths([tmp_path / "nope"])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(MatrixError, match=r"no case files \(\*\.yaml, \*\.yml\)"):
+    with pytest.raises(CaseFileError, match=r"no case files \(\*\.yaml, \*\.yml\)"):
         load_paths([tmp_path / "empty"])
 
 
 def test_load_paths_reports_the_bad_file(tmp_path):
     write(tmp_path, "op: rope_kv_write\n", "cases/a.yaml")
     bad = write(tmp_path, "op: rope_kv_write\nbatch: 0\n", "cases/b.yaml")
-    with pytest.raises(MatrixError) as info:
+    with pytest.raises(CaseFileError) as info:
         load_paths([tmp_path / "cases"])
     assert str(info.value) == f"{bad}:2:8: batch: must be >= 1, got 0"
 
 
 # ---------------------------------------------------------------------------
-# MatrixError
+# CaseFileError
 # ---------------------------------------------------------------------------
 
-def test_matrix_error_format_and_pickle():
-    err = MatrixError("cases/decode.yaml", 14, 5, "matrix.slot_mode[2]", "unknown slot mode 'foo'")
+def test_case_file_error_format_and_pickle():
+    err = CaseFileError("cases/decode.yaml", 14, 5, "matrix.slot_mode[2]", "unknown slot mode 'foo'")
     assert str(err) == "cases/decode.yaml:14:5: matrix.slot_mode[2]: unknown slot mode 'foo'"
     assert isinstance(err, ValueError)
     back = pickle.loads(pickle.dumps(err))
     assert (back.path, back.line, back.column, back.field, str(back)) == (
         err.path, err.line, err.column, err.field, str(err))
-    assert str(MatrixError("a.yaml", None, None, "", "cannot read")) == "a.yaml: cannot read"
-    assert str(MatrixError("a.yaml", 3, None, "", "dup")) == "a.yaml:3: dup"
+    assert str(CaseFileError("a.yaml", None, None, "", "cannot read")) == "a.yaml: cannot read"
+    assert str(CaseFileError("a.yaml", 3, None, "", "dup")) == "a.yaml:3: dup"
 
 
 # ---------------------------------------------------------------------------
@@ -1043,7 +1044,7 @@ def test_select_bad_expression(spec_cases, expr, column, message):
     with pytest.raises(ExpressionError) as info:
         select(spec_cases, expr)
     err = info.value
-    assert isinstance(err, ValueError) and isinstance(err, MatrixError)
+    assert isinstance(err, ValueError) and isinstance(err, UsageError)
     assert err.column == column
     assert message in err.message
     assert str(err) == f"-k {expr!r}: at column {column}: {err.message}"

@@ -1,0 +1,242 @@
+"""Located YAML: a document composed with a safe loader, whose every node knows its place.
+
+Shared by the case-file loader (``harness.casefiles``) and the classifier's rules
+loader (``harness.classify.rules``): one YAML flavour, one error format
+(``<path>:<line>:<col>: <field>: <what>``), one conversion of PyYAML's errors to
+it, one did-you-mean.  Each loader raises its own ``LocatedError`` subclass, so
+the functions here that raise take the class to raise.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from harness.errors import UsageError
+
+__all__ = [
+    "LocatedError",
+    "Loader",
+    "Node",
+    "Where",
+    "compose",
+    "did_you_mean",
+    "load",
+    "wrap",
+]
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a value came from: file (or any label such as ``--seq-lens``), 1-based line/column, field path."""
+
+    path: str
+    line: int | None = None
+    column: int | None = None
+    field: str = ""
+
+    def key(self, name: str) -> "Where":
+        return replace(self, field=f"{self.field}.{name}" if self.field else name)
+
+    def index(self, i: int) -> "Where":
+        return replace(self, field=f"{self.field}[{i}]")
+
+    def at(self, node: yaml.Node) -> "Where":
+        mark = node.start_mark
+        return replace(self, line=mark.line + 1, column=mark.column + 1)
+
+    def __str__(self) -> str:
+        return _location(self.path, self.line, self.column)
+
+
+def _location(path: str, line: int | None, column: int | None) -> str:
+    loc = path
+    if line is not None:
+        loc += f":{line}"
+        if column is not None:
+            loc += f":{column}"
+    return loc
+
+
+class LocatedError(UsageError):
+    """A bad input file, rendered as one line: ``<path>:<line>:<col>: <field>: <message>``."""
+
+    def __init__(self, path: str, line: int | None, column: int | None, field: str, message: str):
+        self.path = path
+        self.line = line
+        self.column = column
+        self.field = field
+        self.message = message
+        super().__init__(str(self))
+
+    @classmethod
+    def at(cls, where: Where, message: str) -> "LocatedError":
+        return cls(where.path, where.line, where.column, where.field, message)
+
+    def __str__(self) -> str:
+        parts = [_location(self.path, self.line, self.column)]
+        if self.field:
+            parts.append(self.field)
+        parts.append(self.message)
+        return ": ".join(parts)
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.line, self.column, self.field, self.message))
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# ---------------------------------------------------------------------------
+# Composing
+# ---------------------------------------------------------------------------
+
+class Loader(yaml.SafeLoader):
+    """SafeLoader that also reads ``1e-6`` / ``1.0e6`` as floats (YAML 1.2), as users expect."""
+
+
+Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def compose(text: str, path: str, error: type[LocatedError]) -> tuple[yaml.Node | None, Loader]:
+    """The single document's node tree (marks kept) and the loader that constructs its scalars."""
+    loader = Loader(text)
+    try:
+        return loader.get_single_node(), loader
+    except yaml.MarkedYAMLError as exc:
+        raise _yaml_error(exc, path, text, error) from None
+    except yaml.YAMLError as exc:
+        raise error(path, None, None, "", f"invalid YAML: {_one_line(str(exc))}") from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_error(exc: yaml.MarkedYAMLError, path: str, text: str, error: type[LocatedError]) -> LocatedError:
+    """One line at the error mark.  A problem at end of input (an unclosed bracket or quote)
+    is reported where the unclosed construct starts: that is the line to fix."""
+    mark = exc.problem_mark or exc.context_mark
+    what = _one_line(exc.problem or "malformed").replace("'<stream end>'", "end of file")
+    at_end = exc.problem_mark is not None and exc.problem_mark.index >= len(text.rstrip())
+    if exc.context:
+        ctx = _one_line(exc.context)
+        if at_end and exc.context_mark is not None:
+            mark = exc.context_mark
+            ctx += " that starts here"
+        elif exc.context_mark is not None and exc.context_mark.line != mark.line:
+            ctx += f" at line {exc.context_mark.line + 1}"
+        what += f" ({ctx})"
+    line = mark.line + 1 if mark is not None else None
+    column = mark.column + 1 if mark is not None else None
+    return error(path, line, column, "", f"invalid YAML: {what}")
+
+
+# ---------------------------------------------------------------------------
+# Nodes: plain mappings, lists and scalars, each with its place
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Node:
+    kind: str                        # scalar | list | map
+    value: Any                       # python scalar | list[Node] | dict[str, Node]
+    where: Where
+    keys: dict[str, Where] = field(default_factory=dict)   # map only: where each key is written
+    text: str | None = None          # scalar only: the text as written
+
+    def describe(self) -> str:
+        if self.kind == "list":
+            return "a list"
+        if self.kind == "map":
+            return "a mapping"
+        return _describe_scalar(self.value, self.text)
+
+
+def _describe_scalar(value: Any, text: str | None = None) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{'true' if value else 'false'} (a boolean)"
+    if isinstance(value, str):
+        return f"{value!r} (a string)"
+    if isinstance(value, (int, float)):
+        return text if text is not None else repr(value)
+    shown = repr(text) if text is not None else repr(value)
+    return f"{shown} (a {type(value).__name__})"
+
+
+def load(text: str, path: str, error: type[LocatedError]) -> Node | None:
+    """The document as a ``Node`` tree (None when empty): string keys only, no tags, no recursion."""
+    node, loader = compose(text, path, error)
+    if node is None:
+        return None
+    try:
+        return _tree(loader, node, Where(path), error)
+    except yaml.MarkedYAMLError as exc:        # e.g. a bad merge key
+        raise _yaml_error(exc, path, text, error) from None
+
+
+_PLAIN_COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+
+
+def _tree(loader: Loader, node: yaml.Node, where: Where, error: type[LocatedError],
+          active: frozenset = frozenset()) -> Node:
+    where = where.at(node)
+    if id(node) in active:
+        raise error.at(where, "recursive YAML alias")
+    active = active | {id(node)}
+    if isinstance(node, yaml.CollectionNode) and node.tag not in _PLAIN_COLLECTION_TAGS:
+        raise error.at(where, f"unsupported YAML tag '{node.tag}' (case files hold plain mappings, lists and scalars)")
+    if isinstance(node, yaml.MappingNode):
+        explicit = sum(1 for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge")
+        loader.flatten_mapping(node)            # YAML merge keys (<<): merged pairs come first
+        first_explicit = len(node.value) - explicit
+        children: dict[str, Node] = {}
+        keys: dict[str, Where] = {}
+        merged: set[str] = set()
+        for i, (knode, vnode) in enumerate(node.value):
+            key = loader.construct_object(knode, deep=True) if isinstance(knode, yaml.ScalarNode) else None
+            if not isinstance(key, str):
+                shown = _describe_scalar(key) if isinstance(knode, yaml.ScalarNode) else "a collection"
+                raise error.at(where.at(knode), f"keys must be plain strings, got {shown}")
+            kw = where.key(key).at(knode)
+            if key in children and key not in merged:
+                raise error.at(kw, f"duplicate key '{key}' (first at line {keys[key].line})")
+            if i < first_explicit:
+                merged.add(key)               # a merged value: explicit keys override it
+            else:
+                merged.discard(key)
+            keys[key] = kw
+            children[key] = _tree(loader, vnode, where.key(key), error, active)
+        return Node("map", children, where, keys)
+    if isinstance(node, yaml.SequenceNode):
+        items = [_tree(loader, item, where.index(i), error, active) for i, item in enumerate(node.value)]
+        return Node("list", items, where)
+    return Node("scalar", loader.construct_object(node, deep=True), where, text=node.value)
+
+
+def wrap(value: Any, where: Where, error: type[LocatedError]) -> Node:
+    """A plain Python value as a ``Node`` (for parsing values that come from flags or code, not a file)."""
+    if isinstance(value, Node):
+        return value
+    if isinstance(value, Mapping):
+        children = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise error.at(where, f"keys must be plain strings, got {_describe_scalar(k)}")
+            children[k] = wrap(v, where.key(k), error)
+        return Node("map", children, where, {k: where.key(k) for k in children})
+    if isinstance(value, (list, tuple)):
+        return Node("list", [wrap(v, where.index(i), error) for i, v in enumerate(value)], where)
+    return Node("scalar", value, where)
