@@ -106,8 +106,13 @@ def test_kill_at_any_moment_of_opening_leaves_a_usable_file(tmp_path, delay):
     if path.exists():
         _check_readable(path)
     with Store(path) as store:
+        # A run exists whole (its planned cases recorded with it) or not at all, and what it
+        # did not store is exactly what it planned and has not written, in plan order.
+        planned = [f"c{i}" for i in range(3_000)]
         for run in store.runs():
-            assert store.missing(run["run_id"]) is not None
+            stored = [r.case_id for r in store.results(run["run_id"])]
+            missing = [m["case_id"] for m in store.missing(run["run_id"])]
+            assert stored + missing == planned
         rid = store.start_run(command=["after"], devices=["cpu"])
         assert store.run(rid)["command"] == ["after"]
     _check_readable(path)
