@@ -3,7 +3,8 @@
 #
 # torch is pinned to the CPU build here: an unpinned `pip install torch` pulls a
 # multi-GB CUDA build. NPU and GPU hosts install their own torch (+ torch-npu /
-# triton via the `npu` / `cuda` extras) instead of running this script.
+# triton via the `npu` / `cuda` extras) instead of running this script. The `test` extra
+# brings what the tests need, triton's CPU interpreter included (it depends on no torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"

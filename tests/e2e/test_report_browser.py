@@ -1,17 +1,21 @@
-"""The HTML report in a real headless browser, where one is installed.
+"""The HTML report in a real headless browser.
 
 Opens the report from disk with Chromium / Chrome (``--headless --screenshot``
-and ``--dump-dom``) or with Playwright's Chromium, and checks: the screenshot
-is a non-empty PNG, the DOM (after the page's script ran) shows the summary,
-the injected ``<script>alert(1)</script>`` case id is text and not an element,
-no dialog opened, and the outcome filter was shown by the page's own script
-(so the Content-Security-Policy let exactly that script run).  Skipped, with
-the reason, where no browser is installed.
+and ``--dump-dom``) or with Playwright driving Chromium (its own download, else
+the system binary), and checks: the screenshot is a non-empty PNG, kept under
+the test's tmp dir (its path is printed), the page's rendered text shows the
+summary, the injected ``<script>alert(1)</script>`` case id is text and not an
+element, no dialog opened, and the outcome filter was shown by the page's own
+script (so the Content-Security-Policy let exactly that script run).  Skipped,
+with the reason, where no browser is installed (CI installs Debian's chromium).
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -37,12 +41,46 @@ def _playwright_chromium():
         manager = sync_playwright().start()
     except Exception:
         return None
-    try:
-        browser = manager.chromium.launch()
-    except Exception:                          # the package without its browser download
-        manager.stop()
-        return None
-    return manager, browser
+    # Playwright's own Chromium download, else the system binary (CI installs Debian's).
+    binary = _binary()
+    for options in [{}] + ([{"executable_path": binary}] if binary else []):
+        try:
+            return manager, manager.chromium.launch(**options)
+        except Exception:  # that browser is not there
+            continue
+    manager.stop()
+    return None
+
+
+class _Text(HTMLParser):
+    """The text a reader sees: character data outside <script> and <style>."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self._skipping = 0
+
+    def handle_starttag(self, tag, attrs):
+        self._skipping += tag in ("script", "style")
+
+    def handle_endtag(self, tag):
+        self._skipping -= tag in ("script", "style")
+
+    def handle_data(self, data):
+        if not self._skipping:
+            self.parts.append(data)
+
+
+def _text(dom: str) -> str:
+    parser = _Text()
+    parser.feed(dom)
+    return re.sub(r"\s+", " ", "".join(parser.parts))
+
+
+def _keep(shot: Path) -> None:
+    data = shot.read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) > 10_000
+    print(f"report screenshot: {shot}")
 
 
 @pytest.fixture
@@ -53,9 +91,11 @@ def report(tmp_path):
 
 
 def _check_dom(dom: str) -> None:
-    assert "Summary" in dom and "17 results" in dom
+    text = _text(dom)
+    assert "Summary" in text and "17 results" in text, text[:2000]
+    assert NASTY_ID in text                                    # the case id, as text
     assert dom.lower().count("<script") == 1                   # ours only
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom     # the case id, as text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom     # the case id, escaped
     assert 'id="filter" hidden' not in dom                     # the page's script ran
 
 
@@ -66,11 +106,11 @@ def test_report_in_chromium_cli(report, tmp_path):
     url = report.as_uri()
     flags = [binary, "--headless=new", "--disable-gpu", "--no-sandbox", "--no-first-run",
              f"--user-data-dir={tmp_path / 'profile'}"]
-    shot = tmp_path / "shot.png"
+    shot = tmp_path / "screenshots" / "report-chromium-cli.png"
+    shot.parent.mkdir()
     subprocess.run(flags + [f"--screenshot={shot}", "--window-size=1280,2000", url],
                    check=True, capture_output=True, timeout=120)
-    data = shot.read_bytes()
-    assert data.startswith(PNG_MAGIC) and len(data) > 10_000
+    _keep(shot)
     dom = subprocess.run(flags + ["--dump-dom", url], check=True, capture_output=True, text=True,
                          timeout=120).stdout
     _check_dom(dom)
@@ -79,15 +119,17 @@ def test_report_in_chromium_cli(report, tmp_path):
 def test_report_in_playwright(report, tmp_path):
     started = _playwright_chromium()
     if started is None:
-        pytest.skip("playwright is not installed or has no Chromium (playwright install chromium)")
+        pytest.skip("playwright is not installed, or it finds no Chromium (playwright install chromium, "
+                    f"or one of {', '.join(BROWSERS)} on PATH)")
     manager, browser = started
     try:
         page = browser.new_page(viewport={"width": 1280, "height": 2000})
         dialogs = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         page.goto(report.as_uri())
-        shot = page.screenshot(full_page=False)
-        assert shot.startswith(PNG_MAGIC) and len(shot) > 10_000
+        shot = tmp_path / "screenshots" / "report-playwright.png"
+        page.screenshot(path=str(shot), full_page=False)
+        _keep(shot)
         _check_dom(page.content())
         assert page.locator("script").count() == 1 and not dialogs
         assert NASTY_ID in page.inner_text("body")

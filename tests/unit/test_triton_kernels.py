@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness import kernels
+from harness import kernels, registry
 import harness.kernels.reference as ref
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.worker.inputs import CaseInputs, generate
@@ -198,7 +198,7 @@ def test_non_power_of_two_head_dim_is_refused(tk):
 @pytest.mark.parametrize("op", ["rope_kv_write", "paged_decode_attention"])
 def test_registry_entry_carries_the_contract_signature(tk, op):
     # tk: the first import of triton in this process has to be the interpreted one
-    module, _, attr = kernels.BUILTINS["triton"][op].partition(":")
+    module, _, attr = registry.BUILTINS["triton"][op].partition(":")
     kernel = getattr(importlib.import_module(module), attr)
     assert tuple(inspect.signature(kernel).parameters) == OPS[op].arg_names
 

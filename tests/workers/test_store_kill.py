@@ -54,6 +54,14 @@ def _check_readable(path: Path) -> None:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
+def _check_plan(store: Store, run_id: str) -> None:
+    """A run exists whole (its planned cases recorded with it) or not at all, and what it did
+    not store is exactly what it planned and has not written, in plan order."""
+    stored = [r.case_id for r in store.results(run_id)]
+    missing = [m["case_id"] for m in store.missing(run_id)]
+    assert stored + missing == [f"c{i}" for i in range(PLANNED)]
+
+
 @pytest.mark.parametrize("reported", [1, 40, 300])
 def test_kill_after_results_were_reported_loses_none(tmp_path, reported):
     path = tmp_path / "results.sqlite"
@@ -107,8 +115,27 @@ def test_kill_at_any_moment_of_opening_leaves_a_usable_file(tmp_path, delay):
         _check_readable(path)
     with Store(path) as store:
         for run in store.runs():
-            assert store.missing(run["run_id"]) is not None
+            _check_plan(store, run["run_id"])
         rid = store.start_run(command=["after"], devices=["cpu"])
         assert store.run(rid)["command"] == ["after"]
     _check_readable(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.sqlite"]
+
+
+def test_kill_just_after_the_run_was_recorded_leaves_it_whole(tmp_path):
+    path = tmp_path / "results.sqlite"
+    proc = _spawn(path)
+    try:
+        line = proc.stdout.readline()          # the run line, or EOF if the child died
+        assert line.startswith("run "), proc.stderr.read()
+        _kill(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        proc.stdout.close()
+        proc.stderr.close()
+    _check_readable(path)
+    with Store(path) as store:
+        assert [run["run_id"] for run in store.runs()] == [line.split()[1]]
+        _check_plan(store, line.split()[1])
