@@ -167,7 +167,7 @@ def test_random_uses_distinct_pages_in_a_seeded_order(op):
 def test_const_slot_gives_every_row_that_slot(op):
     ci = generate(make_case(op, slot_mode=SlotMode("const", -1)))
     assert ci.args["slot_mapping"].tolist() == [-1] * TINY.batch
-    assert not ci.compare_rows.any()
+    assert not ci.valid_rows.any()
 
 
 @pytest.mark.parametrize("fraction", [0.25, 0.5, 0.75])
@@ -179,7 +179,7 @@ def test_padded_sets_that_fraction_of_rows_to_minus_one_and_keeps_the_rest(fract
     assert int((slots == -1).sum()) == round(fraction * 8)
     kept = slots >= 0
     assert torch.equal(slots[kept], mapped[kept])
-    assert padded.compare_rows.tolist() == kept.tolist()
+    assert padded.valid_rows.tolist() == kept.tolist()
 
 
 def test_prefill_slots_are_per_token():

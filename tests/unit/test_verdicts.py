@@ -32,10 +32,12 @@ def make_case(op: str, kernel: str, **fields) -> Case:
     return Case(**{**base, **fields})
 
 
-def verdict(case: Case) -> dict:
-    payload = execute_case(case, CPU, backend(CPU), GoldenCache(None), KernelLoader())
-    assert payload["status"] == "checked", payload.get("traceback")
-    return payload
+def checked(case: Case) -> dict:
+    """The checked case's outcome, summary, report and metrics (its failure, if any, fails the test)."""
+    reply = execute_case(case, CPU, backend(CPU), GoldenCache(None), KernelLoader())
+    assert reply.failure is None, reply.failure
+    return {"outcome": reply.outcome.value, "summary": reply.summary, "report": reply.report,
+            "metrics": reply.metrics}
 
 
 def tags(report: str) -> list[str]:
@@ -47,7 +49,7 @@ def tags(report: str) -> list[str]:
 
 
 def test_a_stray_cache_row_outranks_the_mismatch_it_comes_with():
-    result = verdict(make_case("fused_rope_decode_attention", "stray_row_and_bad_out"))
+    result = checked(make_case("fused_rope_decode_attention", "stray_row_and_bad_out"))
     assert result["outcome"] == "CONTRACT", result["report"]
     assert result["summary"].startswith("k_cache: 1 rows outside the slot mapping changed"), result["summary"]
     # The mismatch is kept, reported after the cause.
@@ -56,7 +58,7 @@ def test_a_stray_cache_row_outranks_the_mismatch_it_comes_with():
 
 
 def test_poison_left_outranks_a_computed_nan_and_both_are_reported():
-    result = verdict(make_case("paged_decode_attention", "head_0_unwritten_nan_in_head_1"))
+    result = checked(make_case("paged_decode_attention", "head_0_unwritten_nan_in_head_1"))
     assert result["outcome"] == "UNWRITTEN", result["report"]
     assert tags(result["report"])[:2] == ["UNWRITTEN", "NONFINITE"], result["report"]
     # Each finding counts its own elements: a poisoned element is not also a computed NaN.
@@ -74,20 +76,20 @@ def test_poison_left_outranks_a_computed_nan_and_both_are_reported():
 ])
 def test_output_rows_of_padding_slots_are_not_compared(op, kernel):
     """Rows with slot < 0 are warmup/padding: a kernel may leave them unwritten (poison stays)."""
-    result = verdict(make_case(op, kernel))
+    result = checked(make_case(op, kernel))
     assert result["outcome"] == "PASS", result["report"]
 
 
 def test_output_rows_of_valid_slots_are_compared():
     """The mask drops only the padding rows: the same kernel with every slot valid writes every row."""
-    result = verdict(make_case("fused_rope_decode_attention", "fused_skips_padding_rows",
+    result = checked(make_case("fused_rope_decode_attention", "fused_skips_padding_rows",
                                slot_mode=SlotMode("arange")))
     assert result["outcome"] == "PASS", result["report"]
     assert result["metrics"]["compare"]["out"]["numel"] == B * HQ * D
 
 
 def test_when_every_slot_is_padding_no_output_row_is_compared():
-    result = verdict(make_case("fused_rope_decode_attention", "fused_skips_padding_rows",
+    result = checked(make_case("fused_rope_decode_attention", "fused_skips_padding_rows",
                                slot_mode=SlotMode("const", -1)))
     assert result["outcome"] == "PASS", result["report"]
     assert result["metrics"]["compare"]["out"] == {"skipped": "every row has slot < 0"}
@@ -97,7 +99,7 @@ def test_when_every_slot_is_padding_no_output_row_is_compared():
 
 
 def test_poison_left_in_an_output_is_unwritten():
-    result = verdict(make_case("paged_decode_attention", "head_0_unwritten"))
+    result = checked(make_case("paged_decode_attention", "head_0_unwritten"))
     assert result["outcome"] == "UNWRITTEN", result["report"]
     assert result["summary"] == (f"out: {B * D} / {B * HQ * D} elements never written (poison left) "
                                  f"in batch all {B}, head [0]")
@@ -106,7 +108,7 @@ def test_poison_left_in_an_output_is_unwritten():
 
 @pytest.mark.parametrize("kernel", ["nan_in_head_1", "inf_in_head_1"])
 def test_a_nan_or_inf_the_kernel_computed_is_nonfinite(kernel):
-    result = verdict(make_case("paged_decode_attention", kernel))
+    result = checked(make_case("paged_decode_attention", kernel))
     assert result["outcome"] == "NONFINITE", result["report"]
     assert result["summary"] == f"out: {B * D} NaN/Inf elements computed by the kernel in batch all {B}, head [1]"
     assert "UNWRITTEN" not in tags(result["report"])
@@ -114,5 +116,5 @@ def test_a_nan_or_inf_the_kernel_computed_is_nonfinite(kernel):
 
 def test_the_reference_passes_the_same_cases():
     for op in ("fused_rope_decode_attention", "paged_decode_attention", "decode_layers"):
-        result = verdict(make_case(op, "reference"))
+        result = checked(make_case(op, "reference"))
         assert result["outcome"] == "PASS", (op, result["report"])
