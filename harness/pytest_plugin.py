@@ -266,7 +266,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     path, run_id = config.stash[_RUN_KEY]
     if not Path(path).exists():
         return
-    from harness.reports.json_report import summarize
+    from harness.summary import summarize
     from harness.store import Store
     store = config.stash.get(_STORE_KEY, None)
     own = store is None

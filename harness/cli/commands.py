@@ -35,7 +35,8 @@ from harness.run.pool import WorkerOptions
 from harness.reports.terminal import Reporter
 from harness.provenance import git_revision, run_provenance
 from harness.refs.runner import DEFAULT_ENV, RefRunner, RefSetup
-from harness.reports.json_report import build_document, summarize
+from harness.reports.json_report import build_document
+from harness.summary import summarize
 from harness.reports.document import load_document, results_of
 from harness.reports.stored import stored_document
 from harness.run.session import Outputs, execute, write_outputs

@@ -18,7 +18,8 @@ from harness.flake import hunt as flake
 from harness.outcomes import Outcome, Result
 from harness.provenance import run_provenance
 from harness.reports.document import cell_text, label_counts
-from harness.reports.json_report import build_document, summarize
+from harness.reports.json_report import build_document
+from harness.summary import summarize
 
 SIGNIFICANCE = 0.05
 VERDICTS = ("fixed", "improved", "regressed", "flaky", "unchanged (clean)", "unchanged (failing)",

@@ -23,7 +23,7 @@ from harness.outcomes import Outcome, Result
 from harness.run.pool import case_fields
 from harness.provenance import run_provenance
 from harness.reports.document import log_tail
-from harness.reports.json_report import summarize
+from harness.summary import summarize
 from harness.run.session import Recorded, execute
 from harness.store import Store, planned_entries
 

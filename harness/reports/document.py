@@ -21,16 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from harness.formats import pct
 from harness.outcomes import Outcome, Result
 
 __all__ = [
-    "FLAKE_COLUMNS", "KINDS", "Cell", "Column", "OutcomeTable", "Row", "cell_text", "clean_text",
+    "FLAKE_COLUMNS", "Cell", "Column", "OutcomeTable", "Row", "cell_text", "clean_text",
     "device_text", "failing", "flake_confidence", "flake_rows", "kind_of", "label_counts",
     "load_document", "log_tail", "outcome_table", "provenance_items", "ref_text", "ref_title",
     "results_of", "short_sha",
 ]
 
-KINDS = ("run", "flake", "compare", "bisect", "merge")
 PASS = Outcome.PASS.value
 LOG_TAIL_LINES = 40
 LOG_TAIL_BYTES = 8192
@@ -347,17 +347,9 @@ def provenance_items(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
     return items
 
 
-def _pct(x: Any) -> str:
-    if not isinstance(x, (int, float)) or isinstance(x, bool) or x != x:
-        return "-"
-    if x in (0, 1):
-        return f"{100 * x:.0f}%"
-    return f"{100 * x:.2g}%" if x < 0.001 else f"{100 * x:.1f}%"
-
-
 def _interval(v: Any) -> str:
     if isinstance(v, (list, tuple)) and len(v) == 2:
-        return f"[{_pct(v[0])}, {_pct(v[1])}]"
+        return f"[{pct(v[0])}, {pct(v[1])}]"
     return "-"
 
 
@@ -377,7 +369,7 @@ def flake_rows(doc: Mapping[str, Any]) -> list[tuple[str, ...]]:
         counts = s.get("counts") if isinstance(s.get("counts"), Mapping) else {}
         total = s.get("total", sum(counts.values()))
         failures = s.get("failures")
-        rate = _pct(s.get("rate"))
+        rate = pct(s.get("rate"))
         if failures is not None:
             rate += f" ({failures}/{total})"
         det = s.get("determinism")
