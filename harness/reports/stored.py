@@ -7,7 +7,7 @@ is rebuilt from what the store holds, so any stored run renders in any format.
 """
 from __future__ import annotations
 
-from harness.flake import hunt as flake
+from harness.flake.summary import summarize_hunt
 from harness.refs import compare as refcompare
 from harness.outcomes import Result
 from harness.reports.json_report import build_document
@@ -31,7 +31,7 @@ def stored_document(store: Store, run_id: str) -> dict:
             keys["refs"] = [{"name": n, "sha": refs_by_name.get(n, {}).get("sha"),
                              "subject": refs_by_name.get(n, {}).get("subject"),
                              "build": refs_by_name.get(n, {}).get("build")} for n in names]
-            keys["compare"] = refcompare.table(results, names) if results else []
+            keys["compare"] = [row.to_json() for row in refcompare.table(results, names)] if results else []
         else:
             from harness.bisect.driver import BisectState
             state = BisectState.from_dict(extra["bisect"]["state"])
@@ -41,7 +41,7 @@ def stored_document(store: Store, run_id: str) -> dict:
         results = store.results(run_id, include_resumes=True)
         if kind == "flake":
             conf = (extra.get("flake") or {}).get("conf", 0.95)
-            keys["flake"] = flake.summarize_hunt(results, conf)
+            keys["flake"] = {case_id: s.to_json() for case_id, s in summarize_hunt(results, conf).items()}
     doc = build_document(results, started=run["started"], devices=run["devices"], command=run["command"],
                          provenance=run["provenance"], **keys)
     doc["finished"] = run["finished"]

@@ -35,12 +35,13 @@ def test_cells_read_like_the_pasted_tables():
 ])
 def test_verdicts(up, fix, word):
     rows = refcompare.table(_results("up", up) + _results("fix", fix), ["up", "fix"])
-    assert rows[0]["verdict"] == word
+    assert isinstance(rows[0].verdict, refcompare.RefVerdict) and rows[0].verdict.describe() == word
+    assert rows[0].to_json()["verdict"] == word
     if word in ("fixed", "regressed"):
-        assert rows[0]["p_value"] < 0.05
+        assert rows[0].p_value < 0.05
 
 
 def test_table_keeps_every_ref_column_even_without_results():
     rows = refcompare.table(_results("up", [P] * 2), ["up", "fix"])
-    assert rows[0]["cells"] == {"up": "2/2 PASS", "fix": "-"} and rows[0]["verdict"] == "no runs"
+    assert rows[0].cells == {"up": "2/2 PASS", "fix": "-"} and rows[0].verdict.describe() == "no runs"
     assert "no runs" in refcompare.verdict_detail(rows[0], ["up", "fix"])
