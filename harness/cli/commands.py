@@ -24,7 +24,7 @@ from harness.flake import hunt as flake
 from harness.flake.changes import HuntChange, hunt_changes
 from harness.flake.summary import HuntSummary, hunt_failed, summarize_hunt
 from harness.refs import compare as refcompare
-from harness.refs import git as refs
+from harness import refs
 from harness.run.engine import Planned, RunOptions
 from harness.bisect.driver import (CLEAN, SIGHTED, BisectError, BisectState, Signature, SignatureError, observe,
                             render_report, run_steps)
