@@ -18,9 +18,9 @@ from typing import Callable
 from harness.flake.changes import SIGNIFICANCE, HuntChange, hunt_change
 from harness.flake.hunt import HuntOptions, plan
 from harness.flake.summary import HuntSummary, summarize_case
-from harness.outcomes import Outcome, Result
+from harness.outcome_table import Column, tabulate
+from harness.outcomes import Result
 from harness.provenance import run_provenance
-from harness.reports.document import cell_text, label_counts
 from harness.reports.json_report import build_document
 from harness.summary import summarize
 
@@ -49,14 +49,6 @@ _REF_VERDICT_WORDS = {
     RefVerdict.UNCHANGED_FAILING: "unchanged (failing)", RefVerdict.CHANGED: "changed (failing differently)",
     RefVerdict.TOO_FEW_RUNS: "too few runs to tell", RefVerdict.NO_RUNS: "no runs",
 }
-
-
-def cell(results: list[Result]) -> str:
-    """``5/5 PASS`` / ``0/5 PASS, 5/5 FAIL_507018`` / ``3/5 PASS, 1/5 NEAR_TIE, 1/5 MISMATCH``."""
-    ran = [r for r in results if r.outcome is not Outcome.SKIPPED]
-    if not ran:
-        return f"{len(results)} skipped" if results else "-"
-    return cell_text(label_counts(ran))
 
 
 def ref_verdict(before: HuntSummary, after: HuntSummary,
@@ -100,7 +92,11 @@ class CompareRow:
 
 
 def table(results: list[Result], ref_names: list[str]) -> list[CompareRow]:
-    """One row per case id (in first-seen order): cells and flake summaries per ref, and the verdict."""
+    """One row per case id (in first-seen order): cells and flake summaries per ref, and the verdict.
+
+    A cell counts the labels of the runs that were not skipped (``5/5 PASS``, ``0/5 PASS, 5/5
+    FAIL_507018``; ``2 skipped`` when none ran, ``-`` when the case did not run on that ref)."""
+    grid = {row.case_id: row for row in tabulate(results, [Column(name, name) for name in ref_names]).rows}
     by_case: dict[str, dict[str, list[Result]]] = {}
     for r in results:
         by_case.setdefault(r.case_id, {}).setdefault(r.ref or "", []).append(r)
@@ -109,8 +105,8 @@ def table(results: list[Result], ref_names: list[str]) -> list[CompareRow]:
         summaries = {name: summarize_case(per_ref.get(name, [])) for name in ref_names}
         verdict, p = (ref_verdict(summaries[ref_names[0]], summaries[ref_names[-1]]) if len(ref_names) > 1
                       else (None, 1.0))
-        rows.append(CompareRow(case_id, next(iter(per_ref.values()))[0].matrix,
-                               {name: cell(per_ref.get(name, [])) for name in ref_names}, summaries, verdict, p))
+        cells = {name: grid[case_id].cell(name).ran_text for name in ref_names}
+        rows.append(CompareRow(case_id, next(iter(per_ref.values()))[0].matrix, cells, summaries, verdict, p))
     return rows
 
 
