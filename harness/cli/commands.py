@@ -38,10 +38,10 @@ from harness.reports.flake_text import change_line, iteration_line, summary_line
 from harness.reports.terminal import Reporter
 from harness.provenance import git_revision, run_provenance
 from harness.refs.runner import DEFAULT_ENV, RefRunner, RefSetup
-from harness.reports.json_report import build_document
+from harness.report_document import build_document
 from harness.summary import summarize
 from harness.reports.document import load_document, results_of
-from harness.reports.stored import stored_document
+from harness.stored import stored_document
 from harness.run.session import Outputs, execute, write_outputs
 from harness.shard.split import ShardError, parse_shard, select_shard, shard_info
 from harness.store import DEFAULT_STORE, MemoryStore, Store, StoreError

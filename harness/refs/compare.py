@@ -21,7 +21,7 @@ from harness.flake.summary import HuntSummary, summarize_case
 from harness.outcome_table import Column, tabulate
 from harness.outcomes import Result
 from harness.provenance import run_provenance
-from harness.reports.json_report import build_document
+from harness.report_document import build_document
 from harness.summary import summarize
 
 

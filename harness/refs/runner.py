@@ -22,7 +22,7 @@ from harness.run.engine import Engine, Planned, RunOptions
 from harness.outcomes import Outcome, Result
 from harness.run.pool import case_fields
 from harness.provenance import run_provenance
-from harness.reports.document import log_tail
+from harness.logs import log_tail
 from harness.summary import summarize
 from harness.run.session import Recorded, execute
 from harness.store import Store, planned_entries

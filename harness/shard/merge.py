@@ -33,7 +33,7 @@ from typing import Any
 
 from harness import __version__
 from harness.outcomes import Outcome, Result
-from harness.reports.json_report import SCHEMA_VERSION
+from harness.report_document import SCHEMA_VERSION
 from harness.summary import strict_json, summarize
 from harness.store import Store, StoreError
 

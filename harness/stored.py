@@ -4,13 +4,16 @@ A plain run (``run``, ``pytest``) is its own results; a flake hunt adds its
 per-case summaries; ``compare`` and ``bisect`` keep their results in child runs
 (one per ref or step) and their verdicts in the parent's ``extra``.  Everything
 is rebuilt from what the store holds, so any stored run renders in any format.
+The domain modules (flake summaries, the compare table, the bisect state) do the
+rebuilding here, below the renderers, which only read the document.
 """
 from __future__ import annotations
 
+from harness.bisect.driver import BisectState
 from harness.flake.summary import summarize_hunt
-from harness.refs import compare as refcompare
 from harness.outcomes import Result
-from harness.reports.json_report import build_document
+from harness.refs import compare as refcompare
+from harness.report_document import build_document
 from harness.store import Store
 
 
@@ -33,7 +36,6 @@ def stored_document(store: Store, run_id: str) -> dict:
                              "build": refs_by_name.get(n, {}).get("build")} for n in names]
             keys["compare"] = [row.to_json() for row in refcompare.table(results, names)] if results else []
         else:
-            from harness.bisect.driver import BisectState
             state = BisectState.from_dict(extra["bisect"]["state"])
             keys["bisect"] = state.report()
             keys["refs"] = state.endpoint_refs()
