@@ -266,7 +266,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     path, run_id = config.stash[_RUN_KEY]
     if not Path(path).exists():
         return
-    from harness.reports.json_report import summarize
+    from harness.summary import summarize
     from harness.store import Store
     store = config.stash.get(_STORE_KEY, None)
     own = store is None
@@ -284,7 +284,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     controller runs no case)."""
     if config.getoption("--repeat") <= 1 or hasattr(config, "workerinput"):
         return
-    from harness.flake import hunt as flake
+    from harness.flake.summary import summarize_hunt
+    from harness.reports.flake_text import summary_lines
     results = config.stash.get(_RESULTS_KEY, [])
     path_and_id = config.stash.get(_RUN_KEY, None)
     if path_and_id is not None and Path(path_and_id[0]).exists():
@@ -294,8 +295,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if not results:
         return
     terminalreporter.section("flake summary")
-    for case_id, s in flake.summarize_hunt(results).items():
-        for line in flake.summary_lines(case_id, s):
+    for case_id, s in summarize_hunt(results).items():
+        for line in summary_lines(case_id, s):
             terminalreporter.write_line(line)
 
 

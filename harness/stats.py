@@ -166,11 +166,6 @@ class RateEstimate:
         """The zero-failure bound when clean, else the exact interval's upper end."""
         return zero_failure_bound(self.runs, self.conf) if self.failures == 0 else self.clopper_pearson[1]
 
-    def to_json(self) -> dict:
-        return {"failures": self.failures, "runs": self.runs, "rate": self.rate if self.runs else None,
-                "conf": self.conf, "wilson": list(self.wilson), "clopper_pearson": list(self.clopper_pearson),
-                "upper_one_sided": self.upper_one_sided}
-
 
 def estimate(failures: int, runs: int, conf: float = 0.95) -> RateEstimate:
     return RateEstimate(failures, runs, conf, wilson(failures, runs, conf), clopper_pearson(failures, runs, conf))

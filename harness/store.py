@@ -58,7 +58,7 @@ from typing import Any
 
 from harness import __version__
 from harness.outcomes import Outcome, Result
-from harness.reports.json_report import _strict as strict_json_value
+from harness.summary import strict_json as strict_json_value
 
 DEFAULT_STORE = Path("reports/results.sqlite")
 SCHEMA_VERSION = 1

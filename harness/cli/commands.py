@@ -21,8 +21,10 @@ from harness.case import Case
 from harness.classify import default_rules
 from harness.devices import DeviceError, parse_device, parse_device_list
 from harness.flake import hunt as flake
+from harness.flake.changes import HuntChange, hunt_changes
+from harness.flake.summary import HuntSummary, hunt_failed, summarize_hunt
 from harness.refs import compare as refcompare
-from harness.refs import git as refs
+from harness import refs
 from harness.run.engine import Planned, RunOptions
 from harness.bisect.driver import (CLEAN, SIGHTED, BisectError, BisectState, Signature, SignatureError, observe,
                             render_report, run_steps)
@@ -32,12 +34,14 @@ from harness.casefiles import ExpressionError, LocatedError, load_paths, select
 from harness.outcomes import Outcome, Result
 from harness.shard.merge import MergeError, load_durations, merge
 from harness.run.pool import WorkerOptions
+from harness.reports.flake_text import change_line, iteration_line, summary_lines
 from harness.reports.terminal import Reporter
 from harness.provenance import git_revision, run_provenance
 from harness.refs.runner import DEFAULT_ENV, RefRunner, RefSetup
-from harness.reports.json_report import build_document, summarize
+from harness.report_document import build_document
+from harness.summary import summarize
 from harness.reports.document import load_document, results_of
-from harness.reports.stored import stored_document
+from harness.stored import stored_document
 from harness.run.session import Outputs, execute, write_outputs
 from harness.shard.split import ShardError, parse_shard, select_shard, shard_info
 from harness.store import DEFAULT_STORE, MemoryStore, Store, StoreError
@@ -418,7 +422,7 @@ def _flake(args, options: HuntOptions, store: Store) -> int:
         rules = flake.StopRules(options)
         show_case = len(cases) > 1
         reporter = Reporter(total=len(planned), plain=_plain(args),
-                            line=lambda r: flake.iteration_line(r, show_case))
+                            line=lambda r: iteration_line(r, show_case))
         reporter.note(f"flake hunt: {len(cases)} case{'s' * (len(cases) != 1)} x {options.repeat} on "
                       f"{', '.join(map(str, devices))}, seeds {options.seeds}"
                       + (f" (hunt seed {options.hunt_seed})" if options.seeds == "fresh" else ""))
@@ -428,8 +432,9 @@ def _flake(args, options: HuntOptions, store: Store) -> int:
             reporter.finished(r)
 
         def extra_doc(recorded) -> dict:
-            summaries = flake.summarize_hunt(recorded.results, options.conf, options.target_rate)
-            return {"kind": "flake", "flake": summaries, "summary_extra": {"flake": summaries}}
+            summaries = summarize_hunt(recorded.results, options.conf, options.target_rate)
+            as_json = {case_id: s.to_json() for case_id, s in summaries.items()}
+            return {"kind": "flake", "flake": as_json, "summary_extra": {"flake": as_json}}
 
         with reporter:
             recorded = execute(
@@ -440,9 +445,9 @@ def _flake(args, options: HuntOptions, store: Store) -> int:
                        "log_dir": str(run.worker.log_dir)},
                 on_start=lambda p, w: reporter.started(f"{p.case.case_id} iter {p.repeat}", str(w.device)),
                 on_result=on_result, should_run=rules.should_run, outputs=_outputs(args), document_extra=extra_doc)
-    summaries = recorded.document_extra["flake"]
+    summaries = {case_id: HuntSummary.from_json(s) for case_id, s in recorded.document_extra["flake"].items()}
     for case_id, s in summaries.items():
-        for line in flake.summary_lines(case_id, s):
+        for line in summary_lines(case_id, s):
             reporter.note(line)
     if rules.deadline_hit:
         reporter.note(f"--max-minutes {options.max_minutes:g} reached: {sum(rules.dropped.values())} iterations "
@@ -453,10 +458,10 @@ def _flake(args, options: HuntOptions, store: Store) -> int:
     _note_outputs(reporter, args, recorded, store)
     if recorded.summary["counts"].get(Outcome.HARNESS_ERROR.value):
         return EXIT_INTERNAL
-    return EXIT_FAILED if flake.hunt_failed(summaries, args.allow_nondeterministic) else EXIT_OK
+    return EXIT_FAILED if hunt_failed(summaries, args.allow_nondeterministic) else EXIT_OK
 
 
-def _hunt_summaries(ref: str, store_path: str, conf: float) -> tuple[str, dict[str, dict]]:
+def _hunt_summaries(ref: str, store_path: str, conf: float) -> tuple[str, dict[str, HuntSummary]]:
     """A stored hunt's per-case summaries, from a run id in the store or a --json file."""
     path = Path(ref)
     if path.is_file():
@@ -464,7 +469,7 @@ def _hunt_summaries(ref: str, store_path: str, conf: float) -> tuple[str, dict[s
             results = results_of(load_document(path))
         except (ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"--compare {ref}: {exc}") from None
-        return str(path), flake.summarize_hunt(results, conf)
+        return str(path), summarize_hunt(results, conf)
     try:
         store = Store(store_path)
     except StoreError as exc:
@@ -472,27 +477,27 @@ def _hunt_summaries(ref: str, store_path: str, conf: float) -> tuple[str, dict[s
     with store:
         if store.run(ref) is None:
             raise UsageError(f"--compare {ref}: no such run in {store.path} (nor a file)")
-        return ref, flake.summarize_hunt(store.results(ref, include_resumes=True), conf)
+        return ref, summarize_hunt(store.results(ref, include_resumes=True), conf)
 
 
 def _flake_compare(args) -> int:
     name_a, before = _hunt_summaries(args.compare[0], _store_path(args), args.confidence)
     name_b, after = _hunt_summaries(args.compare[1], _store_path(args), args.confidence)
-    rows = flake.compare_hunts(before, after)
+    rows = hunt_changes(before, after)
     if not rows:
         raise UsageError(f"--compare {name_a} {name_b}: the two runs share no case "
                          f"({len(before)} and {len(after)} cases)")
     print(f"before: {name_a}   after: {name_b}")
     for row in rows:
-        print(flake.comparison_line(row))
+        print(change_line(row))
     only = sorted(set(before) ^ set(after))
     if only:
         print(f"({len(only)} case{'s' * (len(only) != 1)} in only one of the runs left out)")
     if args.json_path:
         from harness.reports.json_report import write_document
         write_document(args.json_path, {"schema": 1, "kind": "flake-compare", "before": name_a, "after": name_b,
-                                        "rows": rows})
-    return EXIT_FAILED if any(r["verdict"] == "regressed" for r in rows) else EXIT_OK
+                                        "rows": [r.to_json() for r in rows]})
+    return EXIT_FAILED if any(r.change is HuntChange.REGRESSED for r in rows) else EXIT_OK
 
 
 # -- compare ------------------------------------------------------------------------
@@ -518,7 +523,7 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
             print(f"== {name} {commit.short} {commit.subject}  [{state}]", flush=True)
 
         def reporter(name: str, total: int) -> Reporter:
-            return Reporter(total=total, plain=_plain(args), line=lambda r: f"  {name}: " + flake.iteration_line(r, True))
+            return Reporter(total=total, plain=_plain(args), line=lambda r: f"  {name}: " + iteration_line(r, True))
 
         done = refcompare.run_compare(runner, store, cases, commits, args.repeat, command=sys.argv,
                                       devices=[str(d) for d in devices], announce=announce, reporter=reporter)
@@ -529,11 +534,11 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
     if not args.no_store:
         print(f"compare {done.parent} stored in {store.path}")
     candidate_failed = any(r.outcome.failed for r in done.results if r.ref == names[-1])
-    regressed = any(r["verdict"] == "regressed" for r in done.rows)
+    regressed = any(r.verdict is refcompare.RefVerdict.REGRESSED for r in done.rows)
     return EXIT_FAILED if candidate_failed or regressed else EXIT_OK
 
 
-def _print_compare(rows: list[dict], commits, repeat: int) -> None:
+def _print_compare(rows: list[refcompare.CompareRow], commits, repeat: int) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -545,9 +550,9 @@ def _print_compare(rows: list[dict], commits, repeat: int) -> None:
     if len(names) > 1:
         t.add_column("verdict", overflow="fold")
     for r in rows:
-        cells = [Text(r["cells"][n]) for n in names]
+        cells = [Text(r.cells[n]) for n in names]
         verdict = [Text(refcompare.verdict_detail(r, names))] if len(names) > 1 else []
-        t.add_row(Text(r["case_id"]), *cells, *verdict)
+        t.add_row(Text(r.case_id), *cells, *verdict)
     Console(highlight=False, width=200 if not sys.stdout.isatty() else None).print(t)
 
 

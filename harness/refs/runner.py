@@ -2,7 +2,7 @@
 
 Compare and bisect hold everything fixed (harness, goldens, cases) and switch only
 the kernel library's checkout.  ``RefRunner.prepare`` materialises a commit as a
-cached worktree (``harness.refs.git``), expands the ``--env`` templates against it and
+cached worktree (``harness.refs.worktrees``), expands the ``--env`` templates against it and
 runs the ``--build`` command once; ``RefRunner.run`` runs planned cases on it in
 fresh device workers whose environment is the ref's (a new ``Engine`` per ref:
 workers never outlive the environment they were started with).  A ref whose
@@ -17,13 +17,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from harness.refs import git as refs
+from harness import refs
 from harness.run.engine import Engine, Planned, RunOptions
 from harness.outcomes import Outcome, Result
 from harness.run.pool import case_fields
 from harness.provenance import run_provenance
-from harness.reports.document import log_tail
-from harness.reports.json_report import summarize
+from harness.logs import log_tail
+from harness.summary import summarize
 from harness.run.session import Recorded, execute
 from harness.store import Store, planned_entries
 
@@ -109,8 +109,7 @@ class RefRunner:
         build = None
         if self.setup.build:
             log = self.base.worker.log_dir / "builds" / f"{safe_dir_name(name)}-{commit.short}.log"
-            build = self.worktrees.build(worktree, self.setup.build, log, {**base_env, **env},
-                                         self.setup.build_timeout_s)
+            build = refs.build(worktree, self.setup.build, log, {**base_env, **env}, self.setup.build_timeout_s)
         return PreparedRef(name, commit, worktree, env, build)
 
     def options_for(self, ref: PreparedRef) -> RunOptions:

@@ -1,39 +1,33 @@
 """The report document, read once, and what every renderer shares.
 
-A report document is the dict ``json_report.build_document`` builds (and
+A report document is the dict ``harness.report_document.build_document`` builds (and
 ``--json`` writes; docs/json-schema.md), plus optional keys other commands add:
 ``kind`` (``run``, ``flake``, ``compare``, ``bisect``, ``merge``), ``run_id``,
 ``refs`` (the kernel-library checkouts: ``name``, ``sha``, ``subject``,
 ``build``), ``flake`` (per-case hunt summaries) and ``shards``.  Results may
 carry ``ref``.  Everything here is pure: no rendering, no torch.
 
-``outcome_table`` is the engineers' table (one row per case, one column per
-ref, device or a single column; cells ``0/5 PASS, 5/5 FAIL_507018``): the
-Markdown and HTML reports and ``harness compare`` all build it here.
+``outcome_table`` is the engineers' table of a document (``harness.outcome_table``;
+one row per case, one column per ref, device or a single column; cells
+``0/5 PASS, 5/5 FAIL_507018``): the Markdown and HTML reports build it here.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness.outcomes import Outcome, Result
+from harness.formats import pct
+from harness.outcome_table import Column, OutcomeTable, cell_text, tabulate
+from harness.outcomes import Result
 
 __all__ = [
-    "FLAKE_COLUMNS", "KINDS", "Cell", "Column", "OutcomeTable", "Row", "cell_text", "clean_text",
-    "device_text", "failing", "flake_confidence", "flake_rows", "kind_of", "label_counts",
-    "load_document", "log_tail", "outcome_table", "provenance_items", "ref_text", "ref_title",
-    "results_of", "short_sha",
+    "FLAKE_COLUMNS", "device_text", "failing", "flake_confidence", "flake_rows", "kind_of",
+    "load_document", "outcome_table", "provenance_items", "ref_text", "ref_title", "results_of",
+    "short_sha",
 ]
 
-KINDS = ("run", "flake", "compare", "bisect", "merge")
-PASS = Outcome.PASS.value
-LOG_TAIL_LINES = 40
-LOG_TAIL_BYTES = 8192
 
 
 # -- reading ----------------------------------------------------------------------
@@ -75,188 +69,15 @@ def failing(results: Iterable[Result]) -> list[Result]:
     return [r for r in results if r.outcome.failed]
 
 
-# -- counting -----------------------------------------------------------------------
-
-def label_counts(results: Iterable[Result]) -> dict[str, int]:
-    """Results per display label: PASS first, then by count (largest first), then by name."""
-    return _ordered(Counter(r.label for r in results))
-
-
-def _ordered(counts: Mapping[str, int]) -> dict[str, int]:
-    items = sorted(counts.items(), key=lambda kv: (kv[0] != PASS, -kv[1], kv[0]))
-    return dict(items)
-
-
-def cell_text(counts: Mapping[str, int]) -> str:
-    """``5/5 PASS`` / ``0/5 PASS, 5/5 FAIL_507018``: PASS always first, then the rest by count."""
-    total = sum(counts.values())
-    if not total:
-        return "-"
-    parts = [f"{counts.get(PASS, 0)}/{total} {PASS}"]
-    parts += [f"{n}/{total} {label}" for label, n in _ordered(counts).items() if label != PASS and n]
-    return ", ".join(parts)
-
-
-@dataclass(frozen=True)
-class Column:
-    key: str          # the ref name, the device, or "" for the single column
-    title: str        # ``upstream 68889bc``, ``npu:6``, ``result``
-
-
-@dataclass(frozen=True)
-class Cell:
-    counts: dict[str, int]            # per label, ordered as in ``cell_text``
-    failed: int                       # results whose outcome failed
-    skipped: int
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    @property
-    def text(self) -> str:
-        return cell_text(self.counts)
-
-    @property
-    def status(self) -> str:
-        """``fail`` (any failure), ``pass`` (all passed), ``skip`` (nothing ran), ``mixed``, ``empty``."""
-        if not self.total:
-            return "empty"
-        if self.failed:
-            return "fail"
-        if self.skipped == self.total:
-            return "skip"
-        return "pass" if not self.skipped else "mixed"
-
-
-EMPTY_CELL = Cell({}, 0, 0)
-
-
-@dataclass(frozen=True)
-class Row:
-    case_id: str
-    matrix: str
-    cells: dict[str, Cell]            # column key -> cell (absent: the case did not run there)
-
-    def cell(self, key: str) -> Cell:
-        return self.cells.get(key, EMPTY_CELL)
-
-    @property
-    def labels(self) -> list[str]:
-        """Every label in the row, for filters."""
-        return sorted({label for c in self.cells.values() for label in c.counts})
-
-    @property
-    def differs(self) -> bool:
-        """The columns disagree (a different set of labels somewhere): what compare looks for."""
-        return len({tuple(sorted(c.counts)) for c in self.cells.values()}) > 1
-
-
-@dataclass(frozen=True)
-class OutcomeTable:
-    by: str                                       # "ref", "device" or "single"
-    columns: tuple[Column, ...]
-    matrices: tuple[tuple[str, tuple[Row, ...]], ...]   # in order of first appearance
-
-    @property
-    def rows(self) -> list[Row]:
-        return [row for _, rows in self.matrices for row in rows]
-
-
-def _columns(doc: Mapping[str, Any] | None, results: list[Result]) -> tuple[str, list[Column]]:
-    refs = [r for r in (doc or {}).get("refs") or [] if isinstance(r, Mapping)]
-    if refs or any(r.ref for r in results):
-        columns, seen = [], set()
-        for ref in refs:
-            name = str(ref.get("name") or short_sha(ref.get("sha")))
-            if name not in seen:
-                seen.add(name)
-                columns.append(Column(name, ref_title(ref)))
-        for r in results:
-            key = r.ref or ""
-            if key not in seen:
-                seen.add(key)
-                columns.append(Column(key, key or "(no ref)"))
-        return "ref", columns
-    devices = list(dict.fromkeys(r.device for r in results))
-    if len(devices) > 1:
-        return "device", [Column(d, d or "(no device)") for d in devices]
-    return "single", [Column("", devices[0] if devices and devices[0] else "result")]
-
+# -- the table -------------------------------------------------------------------
 
 def outcome_table(source: Mapping[str, Any] | Iterable[Result]) -> OutcomeTable:
-    """The engineers' table of a document (or of bare results).
-
-    Rows: case ids, grouped by matrix, both in order of first appearance.
-    Columns: the refs (``doc["refs"]`` order, then any other ``ref`` a result
-    names), else the devices when there are several, else one column.  A cell
-    counts labels over every result of that case in that column (repeats,
-    and devices when the columns are refs).
-    """
-    if isinstance(source, Mapping):
-        doc, results = source, results_of(source)
-    else:
-        doc, results = None, list(source)
-    by, columns = _columns(doc, results)
-    counts: dict[str, dict[str, Counter]] = {}
-    failed: Counter = Counter()
-    skipped: Counter = Counter()
-    matrix_of: dict[str, str] = {}
-    for r in results:
-        key = (r.ref or "") if by == "ref" else (r.device if by == "device" else "")
-        counts.setdefault(r.case_id, {}).setdefault(key, Counter())[r.label] += 1
-        matrix_of.setdefault(r.case_id, r.matrix or r.case_id.split("[", 1)[0])
-        failed[r.case_id, key] += r.outcome.failed
-        skipped[r.case_id, key] += r.outcome is Outcome.SKIPPED
-    grouped: dict[str, list[Row]] = {}
-    for case_id, per_column in counts.items():
-        cells = {key: Cell(_ordered(c), failed[case_id, key], skipped[case_id, key])
-                 for key, c in per_column.items()}
-        grouped.setdefault(matrix_of[case_id], []).append(Row(case_id, matrix_of[case_id], cells))
-    return OutcomeTable(by, tuple(columns), tuple((m, tuple(rows)) for m, rows in grouped.items()))
-
-
-# -- text from outside: logs, messages ---------------------------------------------------
-
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
-# Not allowed in XML 1.0 (and invisible or harmful in HTML and Markdown).
-_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff\ufffe\uffff]")   # _ILLEGAL, CR, ESC
-
-
-def clean_text(text: Any) -> str:
-    """Printable text: ANSI colour codes dropped, CR/LF normalised, every other
-    control character (and what XML 1.0 forbids) shown as ``\\xNN``/``\\uNNNN``."""
-    text = str(text)
-    if not _CONTROL.search(text):                 # the common case: nothing to do
-        return text
-    text = _ANSI.sub("", text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return _ILLEGAL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                        else f"\\u{ord(m.group()):04x}", text)
-
-
-def log_tail(path: str | os.PathLike | None, lines: int = LOG_TAIL_LINES,
-             max_bytes: int = LOG_TAIL_BYTES) -> str | None:
-    """The last ``lines`` lines of a log (at most ``max_bytes`` read from its end), cleaned.
-
-    None when there is no such file.  A line cut by the byte cap is dropped.
-    """
-    if not path:
-        return None
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read(max_bytes)
-    except OSError:
-        return None
-    text = data.decode("utf-8", errors="replace")
-    parts = text.splitlines()
-    if size > max_bytes and parts:
-        parts = parts[1:]
-    return clean_text("\n".join(parts[-lines:]))
+    """The engineers' table of a document (its ``refs`` first among the columns) or of bare results."""
+    if not isinstance(source, Mapping):
+        return tabulate(source)
+    refs = [r for r in source.get("refs") or [] if isinstance(r, Mapping)]
+    return tabulate(results_of(source), [Column(str(r.get("name") or short_sha(r.get("sha"))), ref_title(r))
+                                         for r in refs])
 
 
 # -- provenance and flake summaries, as plain text pairs (renderers escape) ----------------
@@ -347,17 +168,9 @@ def provenance_items(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
     return items
 
 
-def _pct(x: Any) -> str:
-    if not isinstance(x, (int, float)) or isinstance(x, bool) or x != x:
-        return "-"
-    if x in (0, 1):
-        return f"{100 * x:.0f}%"
-    return f"{100 * x:.2g}%" if x < 0.001 else f"{100 * x:.1f}%"
-
-
 def _interval(v: Any) -> str:
     if isinstance(v, (list, tuple)) and len(v) == 2:
-        return f"[{_pct(v[0])}, {_pct(v[1])}]"
+        return f"[{pct(v[0])}, {pct(v[1])}]"
     return "-"
 
 
@@ -377,7 +190,7 @@ def flake_rows(doc: Mapping[str, Any]) -> list[tuple[str, ...]]:
         counts = s.get("counts") if isinstance(s.get("counts"), Mapping) else {}
         total = s.get("total", sum(counts.values()))
         failures = s.get("failures")
-        rate = _pct(s.get("rate"))
+        rate = pct(s.get("rate"))
         if failures is not None:
             rate += f" ({failures}/{total})"
         det = s.get("determinism")

@@ -54,10 +54,6 @@ class Panels:
     pages: np.ndarray | None          # bad ratio per page (or per run of pages)
     pages_per_bar: int
 
-    @property
-    def has_any(self) -> bool:
-        return self.ratio is not None or self.pages is not None
-
     def key(self) -> str:
         h = hashlib.sha1(self.title.encode())
         h.update(json.dumps([self.axes, self.size, self.pages_per_bar]).encode())

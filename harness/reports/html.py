@@ -26,9 +26,10 @@ import os
 from typing import Any, Mapping
 
 from harness.files import write_text
+from harness.logs import clean_text, log_tail
+from harness.outcome_table import label_counts
 from harness.reports.document import (
-    FLAKE_COLUMNS, clean_text, failing, flake_confidence, flake_rows, kind_of, label_counts, log_tail,
-    outcome_table, provenance_items, results_of,
+    FLAKE_COLUMNS, failing, flake_confidence, flake_rows, kind_of, outcome_table, provenance_items, results_of,
 )
 
 __all__ = ["MAX_DETAILED", "render_html", "write_html"]

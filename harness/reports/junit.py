@@ -28,8 +28,9 @@ from typing import Any, Mapping
 from junitparser import Error, Failure, JUnitXml, Properties, Property, Skipped, TestCase, TestSuite
 
 from harness.files import atomic_path
+from harness.logs import clean_text, log_tail
 from harness.outcomes import Outcome, Result
-from harness.reports.document import clean_text, kind_of, log_tail, provenance_items, results_of
+from harness.reports.document import kind_of, provenance_items, results_of
 
 __all__ = ["build_junit", "write_junit"]
 

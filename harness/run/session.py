@@ -16,7 +16,8 @@ from typing import Any, Callable
 from harness.run.engine import Engine, Planned, RunOptions
 from harness.outcomes import Result
 from harness.provenance import run_provenance
-from harness.reports.json_report import build_document, summarize
+from harness.report_document import build_document
+from harness.summary import summarize
 from harness.store import Store, planned_entries
 
 

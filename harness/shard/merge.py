@@ -33,7 +33,8 @@ from typing import Any
 
 from harness import __version__
 from harness.outcomes import Outcome, Result
-from harness.reports.json_report import SCHEMA_VERSION, _strict, summarize
+from harness.report_document import SCHEMA_VERSION
+from harness.summary import strict_json, summarize
 from harness.store import Store, StoreError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -196,7 +197,7 @@ def _read_store(path: Path, run_id: str | None, order: int) -> list[Source]:
                     run_id=run["run_id"], shard=shard if isinstance(shard, dict) else None, host=run.get("host"),
                     harness_version=run.get("harness_version"), started=_num_or_none(run.get("started")),
                     finished=_num_or_none(run.get("finished")), devices=[str(d) for d in run["devices"]],
-                    provenance=run["provenance"], results=[_strict(r.to_json()) for r in results],
+                    provenance=run["provenance"], results=[strict_json(r.to_json()) for r in results],
                     notes=[str(w.message) for w in caught]))
             return out
     except StoreError as exc:
@@ -406,11 +407,11 @@ def merge(sources: Iterable[str | Path], *, force: bool = False, command: list[s
         "started": min(starts) if starts else None,
         "finished": max(ends) if ends else None,
         "devices": devices,
-        "provenance": _strict({"run": runs[0].provenance.get("run") or {}, "devices": device_info}),
+        "provenance": strict_json({"run": runs[0].provenance.get("run") or {}, "devices": device_info}),
         "results": results,
         "summary": summary,
         "kind": "merge",
-        "shards": _strict([_shard_entry(s) for s in runs]),
+        "shards": strict_json([_shard_entry(s) for s in runs]),
         "missing_shards": missing,
         "warnings": warnings,
     }

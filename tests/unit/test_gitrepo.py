@@ -19,7 +19,7 @@ from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.worker.inputs import generate
 from harness.worker.launch import launch
 from harness.outcomes import Outcome
-from harness.refs.git import Worktrees
+from harness.refs import Worktrees
 from helpers import run_harness, write_case_file
 
 

@@ -16,7 +16,8 @@ from harness.devices import DeviceError, parse_device, parse_device_list
 from harness.worker.inputs import generate
 from harness.worker.launch import ContractError, GuardedBuffer, launch, poison_mask, poisoned
 from harness.outcomes import Outcome, Result, label
-from harness.reports.json_report import write_json
+from harness.report_document import build_document
+from harness.reports.json_report import write_document
 from harness.kernels import reference
 
 CPU = torch.device("cpu")
@@ -195,7 +196,7 @@ def test_exit_classes():
 def test_json_is_strict(tmp_path):
     r = Result(case_id="x", outcome=Outcome.MISMATCH, metrics={"rel": math.inf, "loc": [math.nan, 0.5]})
     path = tmp_path / "o.json"
-    write_json(path, [r], started=0.0, devices=["cpu"], command=["harness"])
+    write_document(path, build_document([r], started=0.0, devices=["cpu"], command=["harness"]))
     doc = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict constant {c}"))
     assert doc["results"][0]["metrics"] == {"rel": "Infinity", "loc": [None, 0.5]}
     assert doc["summary"]["failed"] == 1

@@ -13,7 +13,9 @@ import pytest
 from harness import __version__
 from harness.shard.merge import MergeError, load_durations, merge, source_kind, split_source
 from harness.outcomes import Outcome, Result
-from harness.reports.json_report import summarize, write_document, write_json
+from harness.report_document import build_document
+from harness.reports.json_report import write_document
+from harness.summary import summarize
 from harness.shard.split import Shard, select_shard, shard_info
 from harness.store import Store
 
@@ -52,11 +54,12 @@ def write_shard(path: Path, index: int, total: int = 4, *, case_ids=CASES, info:
     """A shard's ``--json`` file as ``harness run --shard`` writes it; ``edits`` replace top-level keys."""
     own, own_info = shard_results(index, total, case_ids)
     devices = [f"npu:{i}" for i in range(8)]
-    write_json(path, own if results is None else results, started=T0 + index, devices=devices,
-               command=["harness", "run", "cases", "--shard", f"{index}/{total}"],
-               provenance={"run": {"host": f"npu-host-{index}"},
-                           "devices": {d: {"device_name": "Ascend910B"} for d in devices}},
-               run_id=f"run-{index}", shard=own_info if info is None else info)
+    doc = build_document(own if results is None else results, started=T0 + index, devices=devices,
+                         command=["harness", "run", "cases", "--shard", f"{index}/{total}"],
+                         provenance={"run": {"host": f"npu-host-{index}"},
+                                     "devices": {d: {"device_name": "Ascend910B"} for d in devices}},
+                         run_id=f"run-{index}", shard=own_info if info is None else info)
+    write_document(path, doc)
     if edits:
         edit(path, **edits)
     return path
@@ -242,8 +245,8 @@ def test_different_matrices_are_refused_unless_forced(tmp_path):
 def test_unsharded_reports_of_different_matrices_are_refused(tmp_path):
     a = tmp_path / "a.json"
     b = tmp_path / "b.json"
-    write_json(a, [result("m[x=1]")], started=T0, devices=["cpu"], command=["harness"])
-    write_json(b, [result("n[x=1]")], started=T0, devices=["cpu"], command=["harness"])
+    write_document(a, build_document([result("m[x=1]")], started=T0, devices=["cpu"], command=["harness"]))
+    write_document(b, build_document([result("n[x=1]")], started=T0, devices=["cpu"], command=["harness"]))
     refused([a, b], a, b, "different matrices (m and n)")
     assert merge([a, b], force=True)["summary"]["total"] == 2
 
@@ -285,7 +288,7 @@ def test_a_case_in_two_sources_is_refused_or_the_later_one_kept(tmp_path):
     a = write_shard(tmp_path / "a.json", 1, 1, finished=T0 + 100)
     fixed = [result(CASES[3]), result("m[batch=9,seed=99]")]
     b = tmp_path / "b.json"
-    write_json(b, fixed, started=T0 + 5, devices=["npu:0"], command=["harness"])
+    write_document(b, build_document(fixed, started=T0 + 5, devices=["npu:0"], command=["harness"]))
     edit(b, finished=T0 + 200)
     refused([b, a], a, b, f"1 result(s) in both (first: {CASES[3]} repeat 0)", "--force")
     doc = merge([b, a], force=True)
@@ -301,10 +304,10 @@ def test_a_case_in_two_sources_is_refused_or_the_later_one_kept(tmp_path):
 
 def test_repeats_of_a_case_are_not_duplicates(tmp_path):
     a = tmp_path / "a.json"
-    write_json(a, [result("m[x=1]", repeat=0), result("m[x=1]", repeat=1)], started=T0, devices=["cpu"],
-               command=["harness"])
+    write_document(a, build_document([result("m[x=1]", repeat=0), result("m[x=1]", repeat=1)], started=T0,
+                                     devices=["cpu"], command=["harness"]))
     b = tmp_path / "b.json"
-    write_json(b, [result("m[x=1]", repeat=2)], started=T0, devices=["cpu"], command=["harness"])
+    write_document(b, build_document([result("m[x=1]", repeat=2)], started=T0, devices=["cpu"], command=["harness"]))
     assert merge([a, b])["summary"]["total"] == 3
 
 
@@ -409,7 +412,7 @@ def test_load_durations_from_a_report_and_from_a_store(tmp_path):
                result("m[x=2]", duration_s=1.0, device="npu:3"), result("m[x=3]", Outcome.SKIPPED, duration_s=0.0),
                result("m[x=4]")]
     path = tmp_path / "a.json"
-    write_json(path, results, started=T0, devices=["npu:0"], command=["harness"])
+    write_document(path, build_document(results, started=T0, devices=["npu:0"], command=["harness"]))
     doc = json.loads(path.read_text())
     doc["results"][4]["duration_s"] = None                            # a NaN, as strict JSON writes it
     path.write_text(json.dumps(doc))

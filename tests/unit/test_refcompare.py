@@ -15,12 +15,18 @@ def _results(ref: str, outcomes: list[tuple[Outcome, object]], case_id: str = "m
 P, F = (Outcome.PASS, None), (Outcome.DEVICE_FAULT, 507018)
 
 
+def _cell(results: list[Result]) -> str:
+    ref = results[0].ref
+    return refcompare.table(results, [ref])[0].cells[ref]
+
+
 def test_cells_read_like_the_pasted_tables():
-    assert refcompare.cell(_results("up", [F] * 5)) == "0/5 PASS, 5/5 FAIL_507018"
-    assert refcompare.cell(_results("fix", [P] * 5)) == "5/5 PASS"
+    assert _cell(_results("up", [F] * 5)) == "0/5 PASS, 5/5 FAIL_507018"
+    assert _cell(_results("fix", [P] * 5)) == "5/5 PASS"
     mixed = _results("x", [P, P, (Outcome.NEAR_TIE, None), (Outcome.MISMATCH, None), F, F])
-    assert refcompare.cell(mixed) == "2/6 PASS, 2/6 FAIL_507018, 1/6 MISMATCH, 1/6 NEAR_TIE"
-    assert refcompare.cell(_results("x", [(Outcome.SKIPPED, None)] * 2)) == "2 skipped"
+    assert _cell(mixed) == "2/6 PASS, 2/6 FAIL_507018, 1/6 MISMATCH, 1/6 NEAR_TIE"
+    assert _cell(_results("x", [(Outcome.SKIPPED, None)] * 2)) == "2 skipped"
+    assert _cell(_results("x", [P, (Outcome.SKIPPED, None)])) == "1/1 PASS"
 
 
 @pytest.mark.parametrize("up, fix, word", [
@@ -35,12 +41,13 @@ def test_cells_read_like_the_pasted_tables():
 ])
 def test_verdicts(up, fix, word):
     rows = refcompare.table(_results("up", up) + _results("fix", fix), ["up", "fix"])
-    assert rows[0]["verdict"] == word
+    assert isinstance(rows[0].verdict, refcompare.RefVerdict) and rows[0].verdict.describe() == word
+    assert rows[0].to_json()["verdict"] == word
     if word in ("fixed", "regressed"):
-        assert rows[0]["p_value"] < 0.05
+        assert rows[0].p_value < 0.05
 
 
 def test_table_keeps_every_ref_column_even_without_results():
     rows = refcompare.table(_results("up", [P] * 2), ["up", "fix"])
-    assert rows[0]["cells"] == {"up": "2/2 PASS", "fix": "-"} and rows[0]["verdict"] == "no runs"
+    assert rows[0].cells == {"up": "2/2 PASS", "fix": "-"} and rows[0].verdict.describe() == "no runs"
     assert "no runs" in refcompare.verdict_detail(rows[0], ["up", "fix"])

@@ -1,4 +1,4 @@
-"""harness/refs.py on generated git repositories: refs, worktree cache, env templates, builds, ranges."""
+"""harness/refs/ on generated git repositories: refs, worktree cache, env templates, builds, ranges."""
 from __future__ import annotations
 
 import hashlib
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gitrepo import BUILD_CMD, BUILD_STAMP, EPOCH, commit_files, git, init_repo, make_kernel_repo
-from harness.refs import git as refs
-from harness.refs.git import (BuildResult, Commit, RefError, Worktrees, build, commits_between, expand_env,
+from harness import refs
+from harness.refs import (BuildResult, Commit, RefError, Worktrees, build, commits_between, expand_env,
                           parse_ref_arg, parse_ref_args, ref_provenance, resolve)
 from helpers import ROOT
 
@@ -213,7 +213,7 @@ def test_users_checkout_is_never_touched(tmp_path, cache):
 
 _RACE = textwrap.dedent("""\
     import sys
-    from harness.refs.git import Worktrees
+    from harness.refs import Worktrees
     with Worktrees(sys.argv[1], sys.argv[2]) as wts:
         wt = wts.materialize(sys.argv[3])
         assert wts.intact(sys.argv[3])
@@ -317,7 +317,7 @@ def test_build_once_per_worktree_and_command(repo, cache, tmp_path):
         first = build(wt, BUILD_CMD, tmp_path / "logs" / "b1.log", None, 30)
         assert first == BuildResult(ok=True, returncode=0, log_path=tmp_path / "logs" / "b1.log",
                                     duration_s=first.duration_s)
-        second = wts.build(wts.materialize(repo.shas[2]), BUILD_CMD, tmp_path / "logs" / "b2.log", None, 30)
+        second = build(wts.materialize(repo.shas[2]), BUILD_CMD, tmp_path / "logs" / "b2.log", None, 30)
         assert second.ok and second.cached
         assert "build cached" in second.log_path.read_text() and "b1.log" in second.log_path.read_text()
         assert (wt.path / BUILD_STAMP).read_text() == "built\n"           # ran once

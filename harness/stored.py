@@ -4,13 +4,16 @@ A plain run (``run``, ``pytest``) is its own results; a flake hunt adds its
 per-case summaries; ``compare`` and ``bisect`` keep their results in child runs
 (one per ref or step) and their verdicts in the parent's ``extra``.  Everything
 is rebuilt from what the store holds, so any stored run renders in any format.
+The domain modules (flake summaries, the compare table, the bisect state) do the
+rebuilding here, below the renderers, which only read the document.
 """
 from __future__ import annotations
 
-from harness.flake import hunt as flake
-from harness.refs import compare as refcompare
+from harness.bisect.driver import BisectState
+from harness.flake.summary import summarize_hunt
 from harness.outcomes import Result
-from harness.reports.json_report import build_document
+from harness.refs import compare as refcompare
+from harness.report_document import build_document
 from harness.store import Store
 
 
@@ -31,9 +34,8 @@ def stored_document(store: Store, run_id: str) -> dict:
             keys["refs"] = [{"name": n, "sha": refs_by_name.get(n, {}).get("sha"),
                              "subject": refs_by_name.get(n, {}).get("subject"),
                              "build": refs_by_name.get(n, {}).get("build")} for n in names]
-            keys["compare"] = refcompare.table(results, names) if results else []
+            keys["compare"] = [row.to_json() for row in refcompare.table(results, names)] if results else []
         else:
-            from harness.bisect.driver import BisectState
             state = BisectState.from_dict(extra["bisect"]["state"])
             keys["bisect"] = state.report()
             keys["refs"] = state.endpoint_refs()
@@ -41,7 +43,7 @@ def stored_document(store: Store, run_id: str) -> dict:
         results = store.results(run_id, include_resumes=True)
         if kind == "flake":
             conf = (extra.get("flake") or {}).get("conf", 0.95)
-            keys["flake"] = flake.summarize_hunt(results, conf)
+            keys["flake"] = {case_id: s.to_json() for case_id, s in summarize_hunt(results, conf).items()}
     doc = build_document(results, started=run["started"], devices=run["devices"], command=run["command"],
                          provenance=run["provenance"], **keys)
     doc["finished"] = run["finished"]
