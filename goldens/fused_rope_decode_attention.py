@@ -25,10 +25,15 @@ from typing import Any
 
 import torch
 
-from harness.goldens.common import as_stored, decode_attention, rope_kv_rows
+from harness.goldens.common import decode_attention, rope_kv_rows, stored_if
 
 
-def compute(inputs: Mapping[str, Any], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+# Outputs the bf16 rounding of q/k/v before attention changes (``rounding=False``: none).
+ROUNDING_CHANGES = ("out",)
+
+
+def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True) -> dict[str, torch.Tensor]:
+    as_stored = stored_if(rounding)
     q, k, v = rope_kv_rows(inputs, dtype)
     out = decode_attention(
         as_stored(q), as_stored(k), as_stored(v), inputs["k_cache"], inputs["v_cache"],

@@ -29,14 +29,21 @@ from typing import Any
 
 import torch
 
-from harness.goldens.common import QUERY_BLOCK, GoldenInputError, as_stored, attend, gather_positions, rope_kv_rows
+from harness.goldens.common import (
+    QUERY_BLOCK, GoldenInputError, attend, gather_positions, rope_kv_rows, stored_if,
+)
 
 
 # Inputs with one row per packed token: sliced per sequence.
 TOKEN_INPUTS = ("q_proj", "k_proj", "v_proj", "inv_rms", "positions")
 
 
-def compute(inputs: Mapping[str, Any], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+# Outputs the bf16 rounding of q/k/v before attention changes (``rounding=False``: none).
+ROUNDING_CHANGES = ("out",)
+
+
+def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True) -> dict[str, torch.Tensor]:
+    as_stored = stored_if(rounding)
     cu_seqlens, context_lens = inputs["cu_seqlens"].tolist(), inputs["context_lens"].tolist()
     block_table, scale = inputs["block_table"], float(inputs["scale"])
     tokens, head_dim = inputs["q_proj"].shape[0], inputs["q_norm_weight"].shape[0]
