@@ -18,7 +18,8 @@ The contract (docs/contracts.md), per batch row, all math in the requested dtype
 with ``rmsnorm(x) = x * rsqrt(mean(x²) + eps)`` and the one ``eps`` for every norm.
 
 Our readings (as in the fused decode golden): attention consumes q, k and v
-rounded to bf16; positions ``0..seq_len-2`` come from layer l's pre-launch cache
+rounded to bf16 (``rounding=False``: unrounded, the other correct reading,
+returned as ``<name>@exact`` for every output); positions ``0..seq_len-2`` come from layer l's pre-launch cache
 (physical gather), the current token from the fresh k/v, whatever its slot.
 Every row is computed; the checker ignores rows whose slot is < 0.
 ``next_hidden`` is the exact residual (the checker compares it with the

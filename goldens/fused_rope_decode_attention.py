@@ -8,6 +8,9 @@ Our readings of what the contract leaves open:
   rounded to bf16 (the ``query`` output and the cache are bf16), then upcast
   back to the requested dtype.  The returned ``query`` and k/v rows are the
   exact, unrounded values.
+  ``compute(..., rounding=False)`` is the other correct reading (no rounding of
+  q/k/v before attention); ``goldens.compute(exact=True)`` returns it as
+  ``out@exact`` and the checker widens the bound by the spread between the two.
 - Positions ``0..seq_len-2`` come from the *pre-launch* cache (a physical
   gather through ``block_table``; aliasing pages read what they held before
   launch), position ``seq_len-1`` from the fresh k/v, whatever the row's slot.

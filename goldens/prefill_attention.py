@@ -10,6 +10,9 @@ Our readings:
 - As in the fused decode op, attention consumes q, k and v rounded to bf16 (the
   values the contract stores), upcast back to the requested dtype; the returned
   k/v rows are exact.
+  ``compute(..., rounding=False)`` is the other correct reading (no rounding of
+  q/k/v before attention); ``goldens.compute(exact=True)`` returns it as
+  ``out@exact`` and the checker widens the bound by the spread between the two.
 - The cached positions ``0..context_lens[b]-1`` are a physical gather from the
   pre-launch cache through ``block_table[b]``.
 - RoPE uses ``positions`` as given; the causal mask uses each token's index in
