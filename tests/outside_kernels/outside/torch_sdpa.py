@@ -13,11 +13,15 @@ from outside._paging import gather, write
 from outside._prologue32 import F32, prologue
 
 
+# The dtype attention runs in (torch_sdpa_bf16 sets bfloat16: a bf16 model's SDPA call).
+ATTN_DTYPE = F32
+
+
 def _sdpa(q, k, v, scale, mask=None):
-    """q [M, Hq, D], k/v [n, Hkv, D] -> [M, Hq, D]."""
-    o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-                                       attn_mask=mask, scale=scale, enable_gqa=True)
-    return o[0].transpose(0, 1)
+    """q [M, Hq, D], k/v [n, Hkv, D] -> [M, Hq, D] (fp32)."""
+    q, k, v = (x.to(ATTN_DTYPE).transpose(0, 1)[None] for x in (q, k, v))
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+    return o[0].transpose(0, 1).to(F32)
 
 
 def rope_kv_write(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rope_cos, rope_sin,
