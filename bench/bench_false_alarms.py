@@ -3,6 +3,7 @@
     python bench/bench_false_alarms.py [--seeds 0-3] [--kernels exact_round_once,...] [--matrices prefill,...]
                                        [--rule widen|current|either|interval] [--json out.json]
     python bench/bench_false_alarms.py --widening [--seeds 0-3]     # how much the rule widens the bound
+    python bench/bench_false_alarms.py --compare widen.json current.json ...   # rules side by side
 
 Each outside kernel (tests/outside_kernels/outside/<kernel>.py) runs every case of each
 ci-tier matrix in cases/*.yaml whose op it implements, with the case's seed replaced by
@@ -22,6 +23,12 @@ docs/contracts.md, "Rounding spread"): ``widen`` (the default there) widens each
 element's bound by |g_exact - g_rounded|; ``current`` ignores g_exact (the check before
 the rule); ``either`` accepts an element within tolerance of either golden;
 ``interval`` widens only on g_exact's side of g_rounded.
+
+``--compare`` reads --json files of runs under different rules and prints, per kernel and
+matrix, the false alarms (detections for bugs) of each, and the margin: for correct
+kernels the worst bad/allowed over their cases (< 1 passes), for bugs the smallest
+bad/allowed over the cases they fail under the first file's rule (the closest a bug came
+to escaping).
 
 ``--widening`` runs no kernel: for every case it computes both goldens and prints, per
 op and output, the median and max over compared elements of new bound / old bound,
@@ -43,7 +50,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTSIDE = ROOT / "tests" / "outside_kernels"
-KERNELS = ("exact_round_once", "bf16_intermediate", "bf16_probs", "torch_sdpa", "torch_sdpa_bf16", "torch_flex",
+KERNELS = ("exact_round_once", "bf16_intermediate", "kv_from_cache", "bf16_probs", "torch_sdpa", "torch_sdpa_bf16", "torch_flex",
            "transformers_qwen3", "wrong_gqa", "missed_first_key", "unweighted_k_norm")
 BUGS = ("wrong_gqa", "missed_first_key", "unweighted_k_norm")
 PASSING = ("PASS", "NEAR_TIE")
@@ -67,9 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--matrices", default="", help="matrix names to keep (default: every ci matrix)")
     parser.add_argument("--rule", default=None, choices=("widen", "current", "either", "interval"))
     parser.add_argument("--widening", action="store_true", help="print how much the rule widens the bound")
+    parser.add_argument("--compare", nargs="+", metavar="JSON", help="compare --json files of several rules")
     parser.add_argument("--json", default=None, help="write every case's outcome and comparison counts here")
     parser.add_argument("--show", type=int, default=0, help="print the summary of up to N failing cases per cell")
     args = parser.parse_args(argv)
+    if args.compare:
+        return compare_rules(args.compare)
     sys.path.insert(0, str(OUTSIDE))
     os.environ["RACY_HEAD_P"] = "1"          # the racy_head mutant tears a head on every launch
     warnings.filterwarnings("ignore")
@@ -160,6 +170,42 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{'':46}  {line[:160]}")
     if args.json:
         Path(args.json).write_text(json.dumps({"seeds": seeds, "rule": rule, "records": records}, indent=1))
+    return 0
+
+
+def compare_rules(paths: list[str]) -> int:
+    docs = [json.loads(Path(p).read_text()) for p in paths]
+    rules = [d["rule"] for d in docs]
+    by_rule = [{(r["kernel"], r["matrix"], r["case"]): r for r in d["records"]} for d in docs]
+    bugs = set(BUGS) | {r["kernel"] for d in docs for r in d["records"] if "." not in r["kernel"]
+                        and r["kernel"] in ("skip_rope", "stale_kv", "racy_head", "unguarded_slot_write",
+                                            "returns_query")}
+
+    def ratio(rec: dict) -> float:
+        worst = 0.0
+        for c in rec["compare"].values():
+            if c.get("bad_count") is not None:
+                worst = max(worst, c["bad_count"] / max(c["allowed_bad"], 1))
+        return worst
+
+    groups = sorted({(k, m) for k, m, _ in by_rule[0]}, key=lambda km: (km[0] in bugs, km))
+    print("alarms (detections for bugs) and margin per rule; margin: correct kernels worst bad/allowed, "
+          "bugs least bad/allowed over cases detected under " + rules[0])
+    print(f"{'kernel':24} {'matrix':14} {'cases':>5} " + " ".join(f"{r:>17}" for r in rules))
+    for kernel, matrix in groups:
+        keys = [k for k in by_rule[0] if k[:2] == (kernel, matrix)]
+        cells = []
+        detected_first = [k for k in keys if by_rule[0][k]["outcome"] not in PASSING]
+        for recs in by_rule:
+            alarms = sum(recs[k]["outcome"] not in PASSING for k in keys if k in recs)
+            if kernel in bugs:
+                vals = [ratio(recs[k]) for k in detected_first if k in recs]
+                margin = min(vals) if vals else float("nan")
+            else:
+                margin = max((ratio(recs[k]) for k in keys if k in recs), default=0.0)
+            cells.append(f"{alarms:5d} {margin:10.2f}")
+        label = f"{kernel} (BUG)" if kernel in bugs else kernel
+        print(f"{label:24} {matrix:14} {len(keys):5d} " + " ".join(f"{c:>17}" for c in cells))
     return 0
 
 

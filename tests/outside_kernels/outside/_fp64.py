@@ -18,13 +18,17 @@ def correct_kv_head(h: int, num_heads: int, num_kv_heads: int) -> int:
 
 
 class Fp64Ops:
-    def __init__(self, round_qkv: bool, kv_head=correct_kv_head):
+    def __init__(self, round_qkv: bool, kv_head=correct_kv_head, round_q: bool | None = None):
         self.round_qkv = round_qkv
+        self.round_q = round_qkv if round_q is None else round_q     # q may differ: registers vs stored k/v
         self.kv_head = kv_head
 
     # -- pieces -----------------------------------------------------------------------
     def _r(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(torch.bfloat16).to(F64) if self.round_qkv else x
+
+    def _rq(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.bfloat16).to(F64) if self.round_q else x
 
     @staticmethod
     def _norm(x, eps):
@@ -88,7 +92,7 @@ class Fp64Ops:
                                     eps, k_cache, v_cache, out, query):
         q, k, v = self._prologue(q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight,
                                  rope_cos, rope_sin, positions, eps)
-        o = self._decode(self._r(q), self._r(k), self._r(v), k_cache, v_cache, block_table, seq_lens, scale)
+        o = self._decode(self._rq(q), self._r(k), self._r(v), k_cache, v_cache, block_table, seq_lens, scale)
         write(k_cache, slot_mapping, k)
         write(v_cache, slot_mapping, v)
         out.copy_(o)
@@ -106,7 +110,7 @@ class Fp64Ops:
             keys = torch.cat([gather(k_cache, block_table[b], c, F64), self._r(k[lo:hi])])
             vals = torch.cat([gather(v_cache, block_table[b], c, F64), self._r(v[lo:hi])])
             visible = c + torch.arange(hi - lo, device=q.device) + 1
-            result[lo:hi] = self._attend(self._r(q[lo:hi]), keys, vals, scale, visible)
+            result[lo:hi] = self._attend(self._rq(q[lo:hi]), keys, vals, scale, visible)
         write(k_cache, slot_mapping, k)
         write(v_cache, slot_mapping, v)
         out.copy_(result)
@@ -126,7 +130,7 @@ class Fp64Ops:
             q = self._qk(split_heads(h @ W["wq"], D), q_norm_weight, cos, sin, eps)
             k = self._qk(split_heads(h @ W["wk"], D), k_norm_weight, cos, sin, eps)
             v = split_heads(h @ W["wv"], D)
-            a = self._decode(self._r(q), self._r(k), self._r(v), k_cache[layer], v_cache[layer],
+            a = self._decode(self._rq(q), self._r(k), self._r(v), k_cache[layer], v_cache[layer],
                              block_table, seq_lens, scale)
             write(k_cache[layer], slot_mapping, k)
             write(v_cache[layer], slot_mapping, v)
