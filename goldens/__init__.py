@@ -14,6 +14,13 @@ in ``dtype``:
   ``[L, B, Hkv, D]`` for ``decode_layers``); the checker keeps the rows whose
   slot is >= 0.
 
+With ``exact=True``, ``compute`` also returns ``<name>@exact`` for every name the
+goldens' rounding reading touches (``exact_names(op)``): the same golden with no
+bf16 rounding of q/k/v before attention (each op module's ``compute(inputs, dtype,
+rounding=False)``).  The checker widens each element's bound by the spread
+``|golden@exact - golden|`` (docs/contracts.md, "Rounding spread"), so a kernel that
+rounds less than the golden (keeps fresh q/k/v in fp32) is not a false alarm.
+
 Each op module's docstring states how the golden reads what the contract leaves
 open.  ``source_hash(op)`` fingerprints the source files an op's golden depends
 on, so the golden cache (``harness.goldens.cache``) never serves a stale result.
@@ -34,11 +41,13 @@ import torch
 from harness.goldens.common import GoldenInputError
 from harness.ops import OPS
 
-__all__ = ["GOLDEN_DTYPES", "GoldenInputError", "compute", "ops", "output_names", "source_hash"]
+__all__ = ["EXACT_SUFFIX", "GOLDEN_DTYPES", "GoldenInputError", "compute", "exact_names", "golden_names", "ops",
+           "output_names", "source_hash"]
 
 # op name -> its golden module (goldens/<op>.py); a registry, not an if-chain.
 _MODULES: dict[str, str] = {op: f"{__name__}.{op}" for op in OPS}
 GOLDEN_DTYPES = (torch.float32, torch.float64)
+EXACT_SUFFIX = "@exact"
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -53,18 +62,37 @@ def output_names(op: str) -> tuple[str, ...]:
     return names + (tuple(a.name for a in spec.caches) if spec.writes_cache else ())
 
 
-def compute(op: str, inputs: Mapping[str, Any], dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-    """The golden values of ``op`` for ``inputs`` (``CaseInputs.args``), computed in ``dtype``."""
+def exact_names(op: str) -> tuple[str, ...]:
+    """``<name>@exact`` for each output/cache whose golden the rounding of q/k/v before attention changes."""
+    module = importlib.import_module(_MODULES[_known(op)])
+    return tuple(name + EXACT_SUFFIX for name in getattr(module, "ROUNDING_CHANGES", ()))
+
+
+def golden_names(op: str) -> tuple[str, ...]:
+    """Names ``compute(op, ..., exact=True)`` returns (what the golden cache stores)."""
+    return output_names(op) + exact_names(op)
+
+
+def compute(op: str, inputs: Mapping[str, Any], dtype: torch.dtype = torch.float32, *,
+            exact: bool = False) -> dict[str, torch.Tensor]:
+    """The golden values of ``op`` for ``inputs`` (``CaseInputs.args``), computed in ``dtype``.
+
+    ``exact``: also the ``exact_names(op)``, computed with no rounding of q/k/v before attention.
+    """
     module = importlib.import_module(_MODULES[_known(op)])
     if dtype not in GOLDEN_DTYPES:
         raise GoldenInputError(f"golden dtype must be one of {GOLDEN_DTYPES}, not {dtype}")
     _check_inputs(op, inputs)
     with torch.no_grad():
         result = module.compute(inputs, dtype)
-    if set(result) != set(output_names(op)):   # a bug in the golden, not in the inputs
-        raise AssertionError(f"golden {op} returned {sorted(result)}, expected {sorted(output_names(op))}")
+        if exact and exact_names(op):
+            unrounded = module.compute(inputs, dtype, rounding=False)
+            result.update({name + EXACT_SUFFIX: unrounded[name] for name in module.ROUNDING_CHANGES})
+    names = golden_names(op) if exact else output_names(op)
+    if set(result) != set(names):   # a bug in the golden, not in the inputs
+        raise AssertionError(f"golden {op} returned {sorted(result)}, expected {sorted(names)}")
     inputs_storage = {t.untyped_storage().data_ptr() for t in inputs.values() if isinstance(t, torch.Tensor)}
-    return {name: _detached(result[name], dtype, inputs_storage) for name in output_names(op)}
+    return {name: _detached(result[name], dtype, inputs_storage) for name in names}
 
 
 def source_hash(op: str) -> str:

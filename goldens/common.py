@@ -47,6 +47,11 @@ def as_stored(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.bfloat16).to(x.dtype)
 
 
+def stored_if(rounding: bool):
+    """``as_stored`` when the golden reads attention inputs as stored in bf16, else the identity."""
+    return as_stored if rounding else (lambda x: x)
+
+
 def split_heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
     """``[rows, heads*D] -> [rows, heads, D]``."""
     rows, width = x.shape

@@ -18,7 +18,8 @@ The contract (docs/contracts.md), per batch row, all math in the requested dtype
 with ``rmsnorm(x) = x * rsqrt(mean(x²) + eps)`` and the one ``eps`` for every norm.
 
 Our readings (as in the fused decode golden): attention consumes q, k and v
-rounded to bf16; positions ``0..seq_len-2`` come from layer l's pre-launch cache
+rounded to bf16 (``rounding=False``: unrounded, the other correct reading,
+returned as ``<name>@exact`` for every output); positions ``0..seq_len-2`` come from layer l's pre-launch cache
 (physical gather), the current token from the fresh k/v, whatever its slot.
 Every row is computed; the checker ignores rows whose slot is < 0.
 ``next_hidden`` is the exact residual (the checker compares it with the
@@ -39,7 +40,7 @@ from typing import Any
 import torch
 
 from harness.goldens.common import (
-    GoldenInputError, as_stored, decode_attention, qk_norm_rope, rms_norm, rope_rows, split_heads,
+    GoldenInputError, decode_attention, qk_norm_rope, rms_norm, rope_rows, split_heads, stored_if,
 )
 
 LAYER_WEIGHTS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
@@ -47,7 +48,12 @@ NORM_WEIGHTS = ("input_rms_weight", "post_rms_weight", "q_norm_weight", "k_norm_
 LM_HEAD_ROWS = 16384
 
 
-def compute(inputs: Mapping[str, Any], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+# Outputs the bf16 rounding of q/k/v before attention changes (``rounding=False``: none).
+ROUNDING_CHANGES = ("logits", "next_hidden", "k_cache", "v_cache")
+
+
+def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True) -> dict[str, torch.Tensor]:
+    as_stored = stored_if(rounding)
     num_layers = int(inputs["num_layers"])
     cache_layers = inputs["k_cache"].shape[0]
     if not 1 <= num_layers <= cache_layers:

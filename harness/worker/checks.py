@@ -12,13 +12,23 @@ from typing import Any
 
 import torch
 
-from harness.case import Case
+from harness.case import Case, Tolerance
+from harness.goldens import EXACT_SUFFIX
 from harness.worker.ratio_allclose import Comparison, ratio_allclose
 from harness.worker.inputs import CaseInputs
 from harness.worker.launch import Launched, poison_mask
 from harness.outcomes import CHECK_PRECEDENCE, Outcome
 
 _MAX_LISTED = 8
+
+# How the rounding spread |golden@exact - golden| enters the comparison (docs/contracts.md,
+# "Rounding spread"); the alternatives stay for bench/bench_false_alarms.py --rule:
+#   widen     bad when |a - g| > atol + rtol*|g| + |g_exact - g|   (the rule)
+#   current   the spread is ignored (the check before the rule)
+#   either    an element is good when it is within tolerance of g or of g_exact
+#   interval  the bound is widened by the spread only on g_exact's side of g
+ACCEPT_RULE = "widen"
+ACCEPT_RULES = ("widen", "current", "either", "interval")
 
 
 @dataclass(frozen=True)
@@ -61,13 +71,40 @@ def run_checks(case: Case, ci: CaseInputs, goldens: dict[str, torch.Tensor], lau
     for arg in ci.op.outputs:
         rows = ci.valid_rows if arg.name in ci.op.slot_masked_outputs else None
         findings += _output_findings(case, ci, arg.name, arg.axes, launched.outputs[arg.name],
-                                  goldens[arg.name], rows, metrics)
+                                     goldens[arg.name], rows, metrics, exact=goldens.get(arg.name + EXACT_SUFFIX))
     for arg in ci.op.caches:
         findings += _cache_findings(case, ci, arg.name, ci.args[arg.name], launched.caches[arg.name],
-                                 goldens.get(arg.name), metrics)
+                                    goldens.get(arg.name), metrics, exact=goldens.get(arg.name + EXACT_SUFFIX))
     findings.sort(key=lambda f: CHECK_PRECEDENCE.index(f.outcome))
     outcome = findings[0].outcome if findings else Outcome.PASS
     return Findings(outcome, tuple(findings), metrics)
+
+
+# -- the rounding spread ---------------------------------------------------------
+
+def rounding_slack(actual: torch.Tensor, expected: torch.Tensor, exact: torch.Tensor | None, tol: Tolerance,
+                   rule: str | None = None) -> torch.Tensor | None:
+    """Per-element allowance added to ``atol + rtol*|g|`` (``ratio_allclose(slack=)``), or None.
+
+    ``expected`` is the golden as the contract stores attention's inputs (q/k/v rounded
+    to bf16), ``exact`` the same golden without that rounding; both legitimate readings.
+    """
+    rule = rule or ACCEPT_RULE
+    if rule not in ACCEPT_RULES:
+        raise ValueError(f"unknown acceptance rule {rule!r} (expected one of {', '.join(ACCEPT_RULES)})")
+    if exact is None or rule == "current":
+        return None
+    dtype = torch.promote_types(expected.dtype, torch.float32)
+    g, x = expected.to(dtype), exact.to(device=expected.device, dtype=dtype)
+    spread = (x - g).abs()
+    if rule == "widen":
+        return spread
+    a = actual.to(device=expected.device, dtype=dtype)
+    if rule == "either":       # within tolerance of g_exact: allow exactly what it is off g
+        near_exact = (a - x).abs() <= tol.atol + tol.rtol * x.abs()
+        return torch.where(near_exact, (a - g).abs(), torch.zeros_like(g)).nan_to_num(0.0)
+    toward_exact = torch.sign(a - g) == torch.sign(x - g)     # interval [g, g_exact]
+    return torch.where(toward_exact, spread, torch.zeros_like(g))
 
 
 # -- guard bands ----------------------------------------------------------------
@@ -93,7 +130,8 @@ def _span(offsets: list[int]) -> str:
 # -- outputs --------------------------------------------------------------------
 
 def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.Tensor,
-                  expected: torch.Tensor, rows: torch.Tensor | None, metrics: dict) -> list[Finding]:
+                     expected: torch.Tensor, rows: torch.Tensor | None, metrics: dict,
+                     exact: torch.Tensor | None = None) -> list[Finding]:
     if rows is not None and not bool(rows.any()):
         metrics["compare"][name] = {"skipped": "every row has slot < 0"}
         return []
@@ -119,14 +157,23 @@ def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.
 
     tol = case.tolerance_for(name)
     groups = {"batch": (0, ci.row_seq)} if case.op == "prefill_attention" else None
+    slack = rounding_slack(actual, expected, exact, tol)
     cmp = ratio_allclose(actual, expected, atol=tol.atol, rtol=tol.rtol, max_error_ratio=tol.max_error_ratio,
-                         name=name, axes=axes, groups=groups, rows=rows)
-    metrics["compare"][name] = cmp.to_metrics()
+                         name=name, axes=axes, groups=groups, rows=rows, slack=slack)
+    metrics["compare"][name] = _with_spread(cmp.to_metrics(), expected, exact)
     if not cmp.passed:
         findings.append(Finding(Outcome.MISMATCH, _mismatch_line(cmp), cmp.report()))
     elif tol.argmax_margin is not None:
         findings += _argmax_findings(name, actual, expected, row_mask, tol.argmax_margin, metrics)
     return findings
+
+
+def _with_spread(data: dict, expected: torch.Tensor, exact: torch.Tensor | None) -> dict:
+    """The comparison's metrics, plus the largest rounding spread |golden@exact - golden| when there is one."""
+    if exact is not None and expected.numel():
+        data["rounding_spread_max"] = float((exact.to(expected.device) - expected).abs().max())
+        data["accept_rule"] = ACCEPT_RULE
+    return data
 
 
 def _mismatch_line(cmp: Comparison) -> str:
@@ -183,7 +230,8 @@ def _argmax_findings(name: str, actual: torch.Tensor, expected: torch.Tensor, ro
 # -- caches -----------------------------------------------------------------------
 
 def _cache_findings(case: Case, ci: CaseInputs, name: str, before: torch.Tensor, after: torch.Tensor,
-                 golden_rows: torch.Tensor | None, metrics: dict) -> list[Finding]:
+                    golden_rows: torch.Tensor | None, metrics: dict,
+                    exact: torch.Tensor | None = None) -> list[Finding]:
     """Rows at valid slots match the golden; every other row is bit-identical to its canary."""
     P = case.geometry.page_size
     layered = before.dim() == 5
@@ -197,14 +245,17 @@ def _cache_findings(case: Case, ci: CaseInputs, name: str, before: torch.Tensor,
     if golden_rows is not None and len(written):
         valid = ci.slots >= 0
         expected = (golden_rows if layered else golden_rows.unsqueeze(0))[:, valid]
+        if exact is not None:
+            exact = (exact if layered else exact.unsqueeze(0))[:, valid]
         actual = flat_after[:, written]
         tol = case.tolerance_for(name)
         cmp = ratio_allclose(
             actual, expected, atol=tol.atol, rtol=tol.rtol, max_error_ratio=tol.max_error_ratio,
             name=f"{name} rows", axes=("layer", "row", "kv_head", None),
             groups={"page": (1, written // P), "batch": (1, ci.row_seq[valid])},
+            slack=rounding_slack(actual, expected, exact, tol),
         )
-        metrics["compare"][name] = cmp.to_metrics()
+        metrics["compare"][name] = _with_spread(cmp.to_metrics(), expected, exact)
         if not cmp.passed:
             findings.append(Finding(Outcome.MISMATCH, _mismatch_line(cmp), cmp.report()))
 

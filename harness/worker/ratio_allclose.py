@@ -8,6 +8,9 @@ Semantics
   (bf16/fp16 are widened exactly before anything is subtracted);
 * an element is *bad* when ``|a - e| > atol + rtol * |e|``, evaluated in that
   dtype as the expression reads (``rtol * |e|`` rounded, then ``+ atol`` rounded);
+  with ``slack=`` (a tensor of expected's shape, >= 0) the bound is
+  ``atol + rtol * |e| + slack`` per element (the checker passes the rounding
+  spread ``|golden_exact - golden|``, docs/contracts.md "Rounding spread");
 * an element where either side is NaN or +-Inf is bad too, and any such element
   fails the comparison whatever ``max_error_ratio`` says;
 * it passes when ``bad_count <= round(max_error_ratio * numel)`` and nothing is
@@ -406,8 +409,10 @@ class _Walk:
     def __init__(self, layout: _Layout, dtype: torch.dtype, actual_dtype: torch.dtype,
                  expected_dtype: torch.dtype, device: torch.device, atol: float, rtol: float,
                  loc_dims: set[int], numel: int, ndim: int,
-                 map_dims: tuple[int, int] | None = None):
+                 map_dims: tuple[int, int] | None = None, slack: torch.Tensor | None = None):
         self.layout = layout
+        self.slack = slack                    # per-element extra allowance, or None
+        self.s = None                         # this chunk's slice of it
         self.dtype = dtype
         self.atol, self.rtol = atol, rtol
         # atol as the compute dtype holds it: tolerance >= this everywhere.
@@ -451,6 +456,7 @@ class _Walk:
         view_shape = (m,) + lay.shape[lay.split:]
         sel = outer + (slice(j, j + m),)
         a, e = actual[sel], expected[sel]
+        self.s = None if self.slack is None else self.slack[sel].to(self.dtype).reshape(-1)
         if a.dtype != self.dtype:
             a = self.buf_a[:n].view(view_shape).copy_(a)
         if e.dtype != self.dtype:
@@ -483,6 +489,8 @@ class _Walk:
         if dmax <= self.atol_c:                      # nothing can exceed atol + rtol*|e|
             return
         t.mul_(self.rtol).add_(self.atol)
+        if self.s is not None:
+            t.add_(self.s)
         bad = torch.gt(d, t, out=self.buf_b[:n])
         nbad = int(bad.sum().item())
         if not nbad:
@@ -509,6 +517,8 @@ class _Walk:
         r.masked_fill_(~fin, -1.0)
         self._offer_max_rel(ctx, r, r.max().item())
         tol = t.mul(self.rtol).add_(self.atol)
+        if self.s is not None:
+            tol.add_(self.s.view(tol.shape))
         bad = torch.gt(d, tol) | ~fin
         nbad = int(bad.sum().item())
         self.bad += nbad
@@ -525,6 +535,8 @@ class _Walk:
             self.max_abs_at = self.layout.index(outer, j, q)
             e_abs = self.buf_t.view(-1)[q].item()    # still |e| here
             self.max_abs_allowed = self.atol + self.rtol * e_abs
+            if self.s is not None:
+                self.max_abs_allowed += self.s[q].item()
 
     def _offer_max_rel(self, ctx, r: torch.Tensor, rmax: float) -> None:
         if rmax > self.max_rel:
@@ -786,13 +798,15 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
                    max_error_ratio: float, name: str = "output",
                    axes: Sequence[str | None] | None = None,
                    groups: Mapping[str, tuple[int, Any]] | None = None,
-                   rows: Any = None, chunk_elems: int = 1 << 18) -> Comparison:
+                   rows: Any = None, chunk_elems: int = 1 << 18,
+                   slack: torch.Tensor | None = None) -> Comparison:
     """Compare ``actual`` with ``expected``; see the module docstring for the semantics.
 
     axes:   one entry per dim, a name or None; localise by every named dim.
     groups: name -> (dim, labels), labels[i] the group (0..G-1) of index i of
             dim; a negative label leaves that index out of every group.
     rows:   bool mask over dim 0; only rows marked True are compared.
+    slack:  per-element allowance added to ``atol + rtol*|e|`` (expected's shape, finite, >= 0).
     """
     _validate_tensors(actual, expected)
     atol = _valid_tolerance("atol", atol)
@@ -805,8 +819,13 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
     named = _valid_axes(axes, caller_ndim)
     group_specs = _valid_groups(groups, shape, set(named.values()))
     mask = _valid_rows(rows, shape)
+    if slack is not None:
+        if not isinstance(slack, torch.Tensor) or slack.shape != expected.shape or not slack.is_floating_point():
+            raise ValueError(f"slack must be a floating tensor of shape {tuple(expected.shape)}")
+        slack = slack.to(expected.device)
     if caller_ndim == 0:
         actual, expected, shape = actual.reshape(1), expected.reshape(1), (1,)
+        slack = None if slack is None else slack.reshape(1)
 
     dtype = torch.float64 if torch.float64 in (actual.dtype, expected.dtype) else torch.float32
     runs = _runs(mask, shape[0])
@@ -814,7 +833,7 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
     layout = _Layout.plan(shape, chunk_elems)
     loc_dims = set(named) | {dim for dim, _ in group_specs.values()}
     walk = _Walk(layout, dtype, actual.dtype, expected.dtype, actual.device, atol, rtol,
-                 loc_dims, numel, caller_ndim, _map_dims(named, shape))
+                 loc_dims, numel, caller_ndim, _map_dims(named, shape), slack)
     if numel:
         with torch.no_grad(), _intra_op_threads(1):
             for start, stop in runs:

@@ -1,0 +1,1 @@
+"""Independent kernels for the harness's op contracts (see ../README.md)."""
