@@ -43,6 +43,7 @@ from harness.case import (
     SlotMode,
     Tolerance,
 )
+from harness.errors import UsageError
 from harness.ops import OPS
 from harness.registry import BUILTINS, is_import_path
 
@@ -98,7 +99,7 @@ def _location(path: str, line: int | None, column: int | None) -> str:
     return loc
 
 
-class MatrixError(ValueError):
+class MatrixError(UsageError):
     """A bad case file, rendered as one line: ``<path>:<line>:<col>: <field>: <message>``."""
 
     def __init__(self, path: str, line: int | None, column: int | None, field: str, message: str):

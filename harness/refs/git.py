@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.errors import UsageError
 from harness.files import write_text
 from harness.processes import terminate
 
@@ -53,7 +54,7 @@ _GIT_LOCATION_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_
 _FORMAT = "%H%x00%s%x00%aI%x00%an <%ae>%x00"
 
 
-class RefError(Exception):
+class RefError(UsageError):
     """A bad ref, repository, template or cache: one line naming the bad input."""
 
 

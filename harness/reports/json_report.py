@@ -61,7 +61,7 @@ def build_document(results: list[Result], *, started: float, devices: list[str],
         "results": [_strict(r.to_json()) for r in results],
         "summary": summarize(results),
     }
-    doc.update({k: _strict(v) for k, v in extra.items() if v is not None and k != "summary_extra"})
+    doc.update({k: _strict(v) for k, v in extra.items() if v is not None})
     return doc
 
 

@@ -7,6 +7,7 @@ is rebuilt from what the store holds, so any stored run renders in any format.
 """
 from __future__ import annotations
 
+from harness.errors import UsageError
 from harness.flake import hunt as flake
 from harness.refs import compare as refcompare
 from harness.outcomes import Result
@@ -15,10 +16,10 @@ from harness.store import Store
 
 
 def stored_document(store: Store, run_id: str) -> dict:
-    """Raises ``LookupError`` (one line) when the store has no such run."""
+    """Raises ``UsageError`` (one line) when the store has no such run."""
     run = store.run(run_id)
     if run is None:
-        raise LookupError(f"no run {run_id} in {store.path}")
+        raise UsageError(f"no run {run_id} in {store.path}")
     kind = run["kind"]
     extra = run["extra"]
     keys: dict = {"kind": kind, "run_id": run_id, "shard": extra.get("shard")}

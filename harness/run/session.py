@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -33,6 +35,14 @@ class Outputs:
         return any((self.json, self.junit, self.markdown, self.html))
 
 
+@dataclass(frozen=True)
+class Addendum:
+    """What a command adds to a recorded run once its results are in."""
+
+    document: dict[str, Any] = field(default_factory=dict)   # report-document keys (kind, flake, shard...)
+    summary: dict[str, Any] = field(default_factory=dict)    # keys added to the stored run's summary
+
+
 @dataclass
 class Recorded:
     run_id: str
@@ -40,7 +50,7 @@ class Recorded:
     provenance: dict
     started: float
     devices: list[str]
-    document_extra: dict = field(default_factory=dict)
+    addendum: Addendum = field(default_factory=Addendum)
 
     @property
     def summary(self) -> dict:
@@ -51,7 +61,7 @@ def document(recorded: Recorded, command: list[str] | None = None, **extra: Any)
     """The report document (the ``--json`` format plus ``kind``, ``refs``, ``flake``...)."""
     return build_document(recorded.results, started=recorded.started, devices=recorded.devices,
                           command=command or sys.argv, provenance=recorded.provenance,
-                          run_id=recorded.run_id, **{**recorded.document_extra, **extra})
+                          run_id=recorded.run_id, **{**recorded.addendum.document, **extra})
 
 
 def write_outputs(outputs: Outputs, doc: dict) -> list[str]:
@@ -66,47 +76,59 @@ def write_outputs(outputs: Outputs, doc: dict) -> list[str]:
     return written
 
 
-def execute(planned: list[Planned], options: RunOptions, store: Store, *, kind: str = "run",
-            command: list[str] | None = None, parent_id: str | None = None, ref: str | None = None,
-            ref_sha: str | None = None, resumed_from: str | None = None, extra: dict | None = None,
-            on_start: Callable[[Planned, Any], None] | None = None,
-            on_result: Callable[[Planned, Result], None] | None = None,
-            should_run: Callable[[Planned], bool] | None = None,
-            outputs: Outputs | None = None, document_extra: Callable[[Recorded], dict] | None = None,
-            engine: Engine | None = None) -> Recorded:
-    """Run ``planned`` as one stored run and return it (also when interrupted: see module doc)."""
-    started = time.time()
+@contextmanager
+def recording(store: Store, planned: list[Planned], options: RunOptions, *, kind: str = "run",
+              command: list[str] | None = None, parent_id: str | None = None, ref: str | None = None,
+              ref_sha: str | None = None, resumed_from: str | None = None,
+              extra: dict | None = None) -> Iterator[Recorded]:
+    """One stored run: its row and planned cases before the block, its summary after it, also when
+    the block raises.  The block adds each result with ``store.add_result`` and ``recorded.results``."""
     devices = [str(d) for d in options.devices]
     run_info = run_provenance(options.worker.kernel_paths)
     run_id = store.start_run(
         command=command or sys.argv, devices=devices, provenance={"run": run_info}, env=run_info["env"],
         cases=planned_entries((p.case, p.repeat) for p in planned), kind=kind, parent_id=parent_id, ref=ref,
         ref_sha=ref_sha, resumed_from=resumed_from, extra=extra)
-    recorded = Recorded(run_id, [], {"run": run_info}, started, devices)
-
-    def record(p: Planned, r: Result) -> Result:
-        if ref is not None:
-            r = replace(r, ref=ref)
-        store.add_result(run_id, r)       # first: committed before anything else can fail
-        recorded.results.append(r)
-        if on_result:
-            on_result(p, r)
-        return r
-
-    own = engine is None
-    engine = engine or Engine(options)
+    recorded = Recorded(run_id, [], {"run": run_info}, time.time(), devices)
     try:
-        ordered = engine.run(planned, on_start=on_start, on_result=record, should_run=should_run)
-        recorded.results = ordered
+        yield recorded
     finally:
-        # Whatever happened, what was computed is written.
-        recorded.provenance = {"run": run_info, "devices": {str(w.device): w.info for w in engine.workers}}
-        if own:
-            engine.close()
-        if document_extra:
-            recorded.document_extra = document_extra(recorded)
-        store.finish_run(run_id, {**summarize(recorded.results), **recorded.document_extra.get("summary_extra", {})},
-                         provenance=recorded.provenance)
-        if outputs is not None and outputs.any():
-            write_outputs(outputs, document(recorded, command))
+        store.finish_run(run_id, {**recorded.summary, **recorded.addendum.summary}, provenance=recorded.provenance)
+
+
+def execute(planned: list[Planned], options: RunOptions, store: Store, *, kind: str = "run",
+            command: list[str] | None = None, parent_id: str | None = None, ref: str | None = None,
+            ref_sha: str | None = None, resumed_from: str | None = None, extra: dict | None = None,
+            on_start: Callable[[Planned, Any], None] | None = None,
+            on_result: Callable[[Planned, Result], None] | None = None,
+            should_run: Callable[[Planned], bool] | None = None,
+            outputs: Outputs | None = None, addendum: Callable[[Recorded], Addendum] | None = None,
+            engine: Engine | None = None) -> Recorded:
+    """Run ``planned`` as one stored run and return it (also when interrupted: see module doc)."""
+    with recording(store, planned, options, kind=kind, command=command, parent_id=parent_id, ref=ref,
+                   ref_sha=ref_sha, resumed_from=resumed_from, extra=extra) as recorded:
+
+        def record(p: Planned, r: Result) -> Result:
+            if ref is not None:
+                r = replace(r, ref=ref)
+            store.add_result(recorded.run_id, r)       # first: committed before anything else can fail
+            recorded.results.append(r)
+            if on_result:
+                on_result(p, r)
+            return r
+
+        own = engine is None
+        engine = engine or Engine(options)
+        try:
+            recorded.results = engine.run(planned, on_start=on_start, on_result=record, should_run=should_run)
+        finally:
+            # Whatever happened, what was computed is written.
+            recorded.provenance = {**recorded.provenance,
+                                   "devices": {str(w.device): w.info for w in engine.workers}}
+            if own:
+                engine.close()
+            if addendum:
+                recorded.addendum = addendum(recorded)
+            if outputs is not None and outputs.any():
+                write_outputs(outputs, document(recorded, command))
     return recorded
