@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run only the cases RUN_ID planned and has no result for (cases, kernel paths, "
                             "golden dtype and tier come from that run)")
 
-    p_flake = sub.add_parser("flake", parents=[common], help="run cases N times: failure rate, intervals, bitwise determinism")
+    p_flake = sub.add_parser("flake", parents=[common],
+                             help="run cases N times: failure rate, intervals, bitwise determinism")
     _add_selection(p_flake)
     _add_execution(p_flake)
     p_flake.add_argument("--repeat", type=positive_int("--repeat"), default=None,
@@ -100,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="compare two stored hunts (run ids, or --json files): failure-rate change per "
                               "case with a Fisher exact test; runs nothing")
 
-    p_cmp = sub.add_parser("compare", parents=[common], help="the same cases x N on several kernel-library refs, as a PR table")
+    p_cmp = sub.add_parser("compare", parents=[common],
+                           help="the same cases x N on several kernel-library refs, as a PR table")
     _add_selection(p_cmp)
     _add_execution(p_cmp)
     _add_refs(p_cmp)
@@ -109,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "baseline, the last the candidate")
     p_cmp.add_argument("--repeat", type=positive_int("--repeat"), default=5, help="runs per case per ref (default 5)")
 
-    p_bis = sub.add_parser("bisect", parents=[common], help="the first commit of the kernel library that shows a failure, "
-                                          "even when it reproduces only sometimes")
+    p_bis = sub.add_parser("bisect", parents=[common],
+                           help="the first commit of the kernel library that shows a failure, "
+                                "even when it reproduces only sometimes")
     _add_selection(p_bis)
     _add_execution(p_bis)
     _add_refs(p_bis)
@@ -130,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_bis.add_argument("--resume", default=None, metavar="BISECT_ID",
                        help="continue a stored bisect (its cases, refs and options come from the store)")
 
-    p_brun = sub.add_parser("bisect-run", parents=[common], help="for `git bisect run`: exit 0 good, 1 bad, 125 skip, nothing else")
+    p_brun = sub.add_parser("bisect-run", parents=[common],
+                            help="for `git bisect run`: exit 0 good, 1 bad, 125 skip, nothing else")
     _add_selection(p_brun)
     _add_execution(p_brun)
     p_brun.add_argument("--signature", default=None, metavar="OUTCOME[:CODE]",
@@ -141,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "a failing build is a skip (125)")
     p_brun.add_argument("--build-timeout", type=float, default=1800.0, metavar="S")
 
-    p_rep = sub.add_parser("report", parents=[common], help="render a stored run, a --json file or merged shards in any format")
+    p_rep = sub.add_parser("report", parents=[common],
+                           help="render a stored run, a --json file or merged shards in any format")
     p_rep.add_argument("source", nargs="?", default=None,
                        help="a run id in the store, or a --json file (default: the newest stored run)")
     p_rep.add_argument("--merge", nargs="+", default=None, metavar="SOURCE",
