@@ -230,22 +230,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     items = [item for item in session.items if isinstance(item, CaseItem)]
     if path_and_id is None or not items:
         return
-    from harness.provenance import run_provenance
-    from harness.store import Store, StoreOpenError, planned_entries
+    from harness.run.options import kernel_paths
+    from harness.run.session import begin
+    from harness.store import Store, StoreOpenError
     path, run_id = path_and_id
     try:
         store = Store(path)
     except StoreOpenError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_STORE_KEY] = store
-    info = run_provenance(tuple(str(Path(p).resolve()) for p in config.getoption("--kernel-path")))
+    paths = kernel_paths(config.getoption("--kernel-path"))
     command = getattr(config, "workerinput", {}).get("mainargv", sys.argv)
-    store.start_run(run_id=run_id, kind="pytest", command=list(command), devices=_devices(config),
-                    provenance={"run": info}, env=info["env"],
-                    cases=planned_entries((i.case, i.repeat or 0) for i in items),
-                    extra={"options": {"kernel_paths": sorted(info["kernel_paths"]),
-                                       "golden_dtype": config.getoption("--golden-dtype"),
-                                       "tier": "all" if config.getoption("--harness-tier") == "all" else "auto"}})
+    begin(store, [(i.case, i.repeat or 0) for i in items], devices=_devices(config), kernel_paths=paths,
+          kind="pytest", command=list(command), run_id=run_id,
+          extra={"options": {"kernel_paths": sorted(set(paths)), "golden_dtype": config.getoption("--golden-dtype"),
+                             "tier": "all" if config.getoption("--harness-tier") == "all" else "auto"}})
 
 
 def _store(config: pytest.Config):

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from harness.case import Case
 from harness.run.engine import Engine, Planned, RunOptions
 from harness.outcomes import Result
 from harness.provenance import run_provenance
@@ -76,24 +77,35 @@ def write_outputs(outputs: Outputs, doc: dict) -> list[str]:
     return written
 
 
+def begin(store: Store, planned: Iterable[tuple[Case, int]], *, devices: list[str],
+          kernel_paths: tuple[str, ...] = (), kind: str = "run", command: list[str] | None = None,
+          run_id: str | None = None, parent_id: str | None = None, ref: str | None = None,
+          ref_sha: str | None = None, resumed_from: str | None = None, extra: dict | None = None) -> Recorded:
+    """Record a run and its planned ``(case, repeat)`` pairs before any of them runs (with ``run_id``
+    given, idempotent: every pytest-xdist worker begins the run its controller named)."""
+    run_info = run_provenance(kernel_paths)
+    run_id = store.start_run(
+        command=command or sys.argv, devices=devices, provenance={"run": run_info}, env=run_info["env"],
+        cases=planned_entries(planned), kind=kind, run_id=run_id, parent_id=parent_id, ref=ref, ref_sha=ref_sha,
+        resumed_from=resumed_from, extra=extra)
+    return Recorded(run_id, [], {"run": run_info}, time.time(), devices)
+
+
 @contextmanager
 def recording(store: Store, planned: list[Planned], options: RunOptions, *, kind: str = "run",
               command: list[str] | None = None, parent_id: str | None = None, ref: str | None = None,
               ref_sha: str | None = None, resumed_from: str | None = None,
               extra: dict | None = None) -> Iterator[Recorded]:
-    """One stored run: its row and planned cases before the block, its summary after it, also when
-    the block raises.  The block adds each result with ``store.add_result`` and ``recorded.results``."""
-    devices = [str(d) for d in options.devices]
-    run_info = run_provenance(options.worker.kernel_paths)
-    run_id = store.start_run(
-        command=command or sys.argv, devices=devices, provenance={"run": run_info}, env=run_info["env"],
-        cases=planned_entries((p.case, p.repeat) for p in planned), kind=kind, parent_id=parent_id, ref=ref,
-        ref_sha=ref_sha, resumed_from=resumed_from, extra=extra)
-    recorded = Recorded(run_id, [], {"run": run_info}, time.time(), devices)
+    """One stored run: ``begin`` before the block, its summary after it, also when the block
+    raises.  The block adds each result with ``store.add_result`` and to ``recorded.results``."""
+    recorded = begin(store, [(p.case, p.repeat) for p in planned], devices=[str(d) for d in options.devices],
+                     kernel_paths=options.worker.kernel_paths, kind=kind, command=command, parent_id=parent_id,
+                     ref=ref, ref_sha=ref_sha, resumed_from=resumed_from, extra=extra)
     try:
         yield recorded
     finally:
-        store.finish_run(run_id, {**recorded.summary, **recorded.addendum.summary}, provenance=recorded.provenance)
+        store.finish_run(recorded.run_id, {**recorded.summary, **recorded.addendum.summary},
+                         provenance=recorded.provenance)
 
 
 def execute(planned: list[Planned], options: RunOptions, store: Store, *, kind: str = "run",
