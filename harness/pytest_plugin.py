@@ -230,7 +230,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     items = [item for item in session.items if isinstance(item, CaseItem)]
     if path_and_id is None or not items:
         return
-    from harness.run.options import kernel_paths
+    from harness.run.options import ResumeOptions, kernel_paths
     from harness.run.session import begin
     from harness.store import Store, StoreOpenError
     path, run_id = path_and_id
@@ -243,8 +243,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     command = getattr(config, "workerinput", {}).get("mainargv", sys.argv)
     begin(store, [(i.case, i.repeat or 0) for i in items], devices=_devices(config), kernel_paths=paths,
           kind="pytest", command=list(command), run_id=run_id,
-          extra={"options": {"kernel_paths": sorted(set(paths)), "golden_dtype": config.getoption("--golden-dtype"),
-                             "tier": "all" if config.getoption("--harness-tier") == "all" else "auto"}})
+          extra={"options": ResumeOptions(tuple(sorted(set(paths))), config.getoption("--golden-dtype"),
+                                          config.getoption("--harness-tier")).to_dict()})
 
 
 def _store(config: pytest.Config):

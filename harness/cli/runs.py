@@ -11,8 +11,9 @@ from harness.errors import UsageError
 from harness.outcomes import Outcome
 from harness.reports.terminal import Reporter
 from harness.run.engine import Planned
+from harness.run.options import ResumeOptions
 from harness.run.options import kernel_paths as resolved_kernel_paths
-from harness.run.session import Addendum, execute
+from harness.run.session import Addendum, execute, resumed
 from harness.shard.merge import MergeError, load_durations
 from harness.shard.split import parse_shard, select_shard, shard_info
 from harness.store import Store
@@ -30,45 +31,31 @@ def cmd_run(args) -> int:
         return _run(args, store)
 
 
-def _resume_plan(args, store: Store) -> tuple[list[Planned], dict]:
-    old = store.run(args.resume)
-    if old is None:
-        raise UsageError(f"--resume {args.resume}: no such run in {store.path}")
-    todo = store.missing(args.resume)
-    if any(e["case"] is None for e in todo):
-        raise UsageError(f"--resume {args.resume}: the run did not record its case definitions")
-    return [Planned(i, Case.from_wire(e["case"]), e["repeat"]) for i, e in enumerate(todo)], old
-
-
 def _run(args, store: Store) -> int:
-    stored: dict = {}
-    shard_extra = None
+    flags = ResumeOptions(resolved_kernel_paths(args.kernel_path), args.golden_dtype, args.tier)
     if args.resume:
-        planned, old = _resume_plan(args, store)
-        stored = old["extra"].get("options", {})
-        if not planned:
+        resume = resumed(store, args.resume, flags)
+        if not resume.planned:
             print(f"harness: run {args.resume}: nothing missing")
             return EXIT_OK
-        run_devices = devices(args, default=[parse_device(d) for d in old["devices"]])
-        shard_extra = old["extra"].get("shard")
+        planned, shard, resume_options = resume.planned, resume.shard, resume.options
+        run_devices = devices(args, default=[parse_device(d) for d in resume.devices])
     else:
-        cases, shard_extra = _shard(args, load_cases(args), store)
-        planned = [Planned(i, c) for i, c in enumerate(cases)]
+        cases, shard = _shard(args, load_cases(args), store)
+        planned, resume_options = [Planned(i, c) for i, c in enumerate(cases)], flags
         run_devices = devices(args)
-    kernel_paths = stored.get("kernel_paths") or list(resolved_kernel_paths(args.kernel_path))
-    golden_dtype = stored.get("golden_dtype", args.golden_dtype)
-    tier = stored.get("tier", args.tier)
-    options = run_options(args, run_devices, kernel_paths=kernel_paths, golden_dtype=golden_dtype, tier=tier,
+    options = run_options(args, run_devices, kernel_paths=resume_options.kernel_paths,
+                          golden_dtype=resume_options.golden_dtype, tier=resume_options.tier,
                           exitfirst=args.exitfirst)
     reporter = Reporter(total=len(planned), plain=plain(args))
     with reporter:
         recorded = execute(
             planned, options, store, command=sys.argv, resumed_from=args.resume,
-            extra={"options": {"kernel_paths": list(kernel_paths), "golden_dtype": golden_dtype, "tier": tier},
-                   "log_dir": str(options.worker.log_dir), **({"shard": shard_extra} if shard_extra else {})},
+            extra={"options": resume_options.to_dict(), "log_dir": str(options.worker.log_dir),
+                   **({"shard": shard} if shard else {})},
             on_start=lambda p, w: reporter.started(p.case.case_id, str(w.device)),
             on_result=lambda p, r: reporter.finished(r), outputs=outputs(args),
-            addendum=lambda rec: Addendum(document={"shard": shard_extra} if shard_extra else {}))
+            addendum=lambda rec: Addendum(document={"shard": shard} if shard else {}))
     summary = recorded.summary
     reporter.final(recorded.results, summary)
     note_outputs(reporter, args, recorded.run_id, store)

@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.classify.matching import default_rules
 from harness.devices import Device
@@ -65,3 +66,22 @@ def run_options(settings: Settings) -> RunOptions:
                            rules=default_rules(extra=[Path(p) for p in settings.rules]))
     return RunOptions(devices=list(settings.devices), worker=worker, run_device_tier_on_cpu=settings.tier == "all",
                       exitfirst=settings.exitfirst)
+
+
+@dataclass(frozen=True)
+class ResumeOptions:
+    """The options a run records (its ``extra["options"]``) so that ``--resume`` runs the missing
+    cases the same way; both front ends write them."""
+
+    kernel_paths: tuple[str, ...] = ()      # absolute
+    golden_dtype: str = "fp32"
+    tier: str = "auto"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kernel_paths": list(self.kernel_paths), "golden_dtype": self.golden_dtype, "tier": self.tier}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], default: "ResumeOptions") -> "ResumeOptions":
+        """What ``data`` holds, ``default`` (today's flags) for what it lacks (an older run)."""
+        return cls(kernel_paths=tuple(data.get("kernel_paths") or default.kernel_paths),
+                   golden_dtype=data.get("golden_dtype", default.golden_dtype), tier=data.get("tier", default.tier))

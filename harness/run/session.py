@@ -16,7 +16,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from harness.case import Case
+from harness.errors import UsageError
 from harness.run.engine import Engine, Planned, RunOptions
+from harness.run.options import ResumeOptions
 from harness.outcomes import Result
 from harness.provenance import run_provenance
 from harness.reports.json_report import build_document, summarize
@@ -144,3 +146,27 @@ def execute(planned: list[Planned], options: RunOptions, store: Store, *, kind: 
             if outputs is not None and outputs.any():
                 write_outputs(outputs, document(recorded, command))
     return recorded
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What ``run --resume RUN_ID`` reruns: the planned cases without a result, and how."""
+
+    run_id: str
+    planned: list[Planned]
+    devices: tuple[str, ...]
+    options: ResumeOptions
+    shard: dict | None              # the resumed run's shard (``shard_info``), if it was one
+
+
+def resumed(store: Store, run_id: str, flags: ResumeOptions) -> Resumed:
+    """The missing part of stored run ``run_id``; its recorded options win over ``flags``."""
+    old = store.run(run_id)
+    if old is None:
+        raise UsageError(f"--resume {run_id}: no such run in {store.path}")
+    todo = store.missing(run_id)
+    if any(e["case"] is None for e in todo):
+        raise UsageError(f"--resume {run_id}: the run did not record its case definitions")
+    return Resumed(run_id, [Planned(i, Case.from_wire(e["case"]), e["repeat"]) for i, e in enumerate(todo)],
+                   tuple(old["devices"]), ResumeOptions.from_dict(old["extra"].get("options", {}), flags),
+                   old["extra"].get("shard"))

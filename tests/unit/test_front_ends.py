@@ -22,7 +22,7 @@ from harness.refs.runner import RefSetup
 from harness.run import options
 from harness.run.engine import Planned
 from harness.run.pool import WorkerStartError
-from harness.run.session import Addendum, recording
+from harness.run.session import Addendum, recording, resumed
 from harness.shard.merge import MergeError
 from harness.shard.split import ShardError
 from harness.store import MemoryStore, StoreError, StoreOpenError
@@ -129,3 +129,27 @@ def test_a_bisect_plan_reads_back_as_stored(tmp_path):
 def test_resuming_an_unknown_bisect_is_a_usage_error():
     with pytest.raises(UsageError, match="--resume nope: no bisect with that id"):
         load(MemoryStore(), "nope")
+
+
+def test_resume_options_fall_back_to_the_flags_for_what_an_older_run_lacks():
+    flags = options.ResumeOptions(("/k",), "fp32", "auto")
+    recorded = options.ResumeOptions(("/old",), "fp64", "all")
+    assert options.ResumeOptions.from_dict(recorded.to_dict(), flags) == recorded
+    assert options.ResumeOptions.from_dict({}, flags) == flags
+    assert options.ResumeOptions.from_dict({"kernel_paths": []}, flags).kernel_paths == ("/k",)
+
+
+def test_resumed_lists_what_the_run_planned_and_has_no_result_for(tmp_path):
+    cases = load_paths([str(CASES)])[:2]
+    store = MemoryStore()
+    run = options.run_options(options.Settings(devices=(parse_device("cpu"),), golden_cache="",
+                                               log_dir=str(tmp_path)))
+    kept = options.ResumeOptions(("/k",), "fp64", "all")
+    with recording(store, [Planned(i, c) for i, c in enumerate(cases)], run,
+                   extra={"options": kept.to_dict()}) as recorded:
+        store.add_result(recorded.run_id, Result(case_id=cases[0].case_id, outcome=Outcome.PASS, summary="ok"))
+    resume = resumed(store, recorded.run_id, options.ResumeOptions())
+    assert [p.case.case_id for p in resume.planned] == [cases[1].case_id]
+    assert resume.options == kept and resume.devices == ("cpu",) and resume.shard is None
+    with pytest.raises(UsageError, match="--resume nope: no such run"):
+        resumed(store, "nope", options.ResumeOptions())
