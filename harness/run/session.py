@@ -4,7 +4,10 @@
 records the run and its planned cases in the store before anything runs,
 writes each result the moment it exists (the store first), and whatever
 happens (an interrupt, a harness bug) finishes the run row and writes the
-requested files with every result computed so far.
+requested files with every result computed so far.  ``recording`` is that
+lifecycle of a run row (``begin`` ... finished with its summary) for any code that
+adds results itself (a ref whose build failed); ``resumed`` reads a stored run
+back for ``run --resume``.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from harness.reports.json_report import build_document, summarize
 from harness.store import Store, planned_entries
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outputs:
     """The files a run writes besides the store (None: not asked for)."""
 
