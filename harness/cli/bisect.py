@@ -9,8 +9,8 @@ from pathlib import Path
 
 from harness.bisect import session as bisect
 from harness.bisect.driver import CLEAN, SIGHTED, Signature, observe
-from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, load_cases, open_store, outputs, ref_setup,
-                                run_options, session_golden_cache)
+from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, load_cases, open_store, outputs,
+                                ref_setup, session_golden_cache)
 from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.flake import hunt as flake
@@ -62,7 +62,7 @@ def _bisect(args, signature: Signature | None, store: Store) -> int:
                                  golden_dtype=args.golden_dtype, cases=tuple(load_cases(args)), good=args.good,
                                  bad=args.bad, first_parent=args.first_parent)
     with session_golden_cache(args) as golden_cache:
-        options = run_options(args, [parse_device(d) for d in plan.devices], golden_cache=golden_cache,
+        options = engine_options(args, [parse_device(d) for d in plan.devices], golden_cache=golden_cache,
                               kernel_paths=plan.kernel_paths, golden_dtype=plan.golden_dtype, tier=plan.tier)
         with RefRunner(plan.setup, options, store) as runner:
             session = resumed
@@ -112,7 +112,7 @@ def cmd_bisect_run(args) -> int:
     planned = [replace(p, bitwise=False) for p in planned]
     revision = git_revision(Path.cwd())
     with open_store(args) as store, session_golden_cache(args) as golden_cache:
-        recorded = execute(planned, run_options(args, devices(args), golden_cache=golden_cache), store,
+        recorded = execute(planned, engine_options(args, devices(args), golden_cache=golden_cache), store,
                            kind="bisect-run", command=sys.argv, ref=revision["sha"][:12] if revision else None,
                            ref_sha=revision["sha"] if revision else None, outputs=outputs(args))
     what, sig = observe(recorded.results, signature)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, load_cases, open_store, outputs, plain, ref_setup,
-                                run_options, session_golden_cache)
+from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, load_cases, open_store, outputs, plain,
+                                ref_setup, session_golden_cache)
 from harness.errors import UsageError
 from harness.flake import hunt as flake
 from harness.refs import compare as refcompare
@@ -28,7 +28,7 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
     cases = load_cases(args)
     ref_devices = devices(args)
     with session_golden_cache(args) as golden_cache, \
-            RefRunner(ref_setup(args), run_options(args, ref_devices, golden_cache=golden_cache), store) as runner:
+            RefRunner(ref_setup(args), engine_options(args, ref_devices, golden_cache=golden_cache), store) as runner:
         commits = [(name, runner.resolve(name, rev)) for name, rev in named]    # every ref resolves, or exit 2
 
         def announce(name, commit, prepared) -> None:

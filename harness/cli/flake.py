@@ -5,8 +5,8 @@ import secrets
 import sys
 from pathlib import Path
 
-from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, load_cases, note_outputs, open_store,
-                                outputs, plain, run_options, session_golden_cache, store_path)
+from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, engine_options, load_cases, note_outputs,
+                                open_store, outputs, plain, session_golden_cache, store_path)
 from harness.errors import UsageError
 from harness.flake import hunt as flake
 from harness.flake.hunt import HuntOptions
@@ -41,7 +41,7 @@ def _flake(args, options: HuntOptions, store: Store) -> int:
     hunt_devices = devices(args)
     summaries: dict[str, dict] = {}
     with session_golden_cache(args) as golden_cache:
-        run = run_options(args, hunt_devices, golden_cache=golden_cache)
+        run = engine_options(args, hunt_devices, golden_cache=golden_cache)
         planned = flake.plan(cases, options)
         rules = flake.StopRules(options)
         show_case = len(cases) > 1

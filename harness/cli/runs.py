@@ -4,8 +4,8 @@ from __future__ import annotations
 import sys
 
 from harness.case import Case
-from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, load_cases, note_outputs, open_store,
-                                outputs, plain, run_options)
+from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, engine_options, load_cases, note_outputs,
+                                open_store, outputs, plain)
 from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.outcomes import Outcome
@@ -44,7 +44,7 @@ def _run(args, store: Store) -> int:
         cases, shard = _shard(args, load_cases(args), store)
         planned, resume_options = [Planned(i, c) for i, c in enumerate(cases)], flags
         run_devices = devices(args)
-    options = run_options(args, run_devices, kernel_paths=resume_options.kernel_paths,
+    options = engine_options(args, run_devices, kernel_paths=resume_options.kernel_paths,
                           golden_dtype=resume_options.golden_dtype, tier=resume_options.tier,
                           exitfirst=args.exitfirst)
     reporter = Reporter(total=len(planned), plain=plain(args))
