@@ -21,6 +21,7 @@ from harness.run.engine import RunOptions
 from harness.run.pool import WorkerOptions
 from harness.store import DEFAULT_STORE
 
+
 @dataclass(frozen=True)
 class Settings:
     """What a front end's flags say about how cases run."""
