@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.bisect import session as bisect
 from harness.bisect.driver import CLEAN, SIGHTED, Signature, observe
+from harness.bisect.search import Conclusion
 from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, load_cases, open_store, outputs,
                                 ref_setup, session_golden_cache)
 from harness.devices import parse_device
@@ -63,18 +64,18 @@ def _bisect(args, signature: Signature | None, store: Store) -> int:
                                  bad=args.bad, first_parent=args.first_parent)
     with session_golden_cache(args) as golden_cache:
         options = engine_options(args, [parse_device(d) for d in plan.devices], golden_cache=golden_cache,
-                              kernel_paths=plan.kernel_paths, golden_dtype=plan.golden_dtype, tier=plan.tier)
+                                 kernel_paths=plan.kernel_paths, golden_dtype=plan.golden_dtype, tier=plan.tier)
         with RefRunner(plan.setup, options, store) as runner:
             session = resumed
             if session is None:
                 search = bisect.SearchOptions(confidence=args.confidence, max_runs=args.max_runs,
                                               good_runs=args.good_runs, max_bad_runs=args.max_bad_runs)
                 session = bisect.start(runner, store, plan, search, signature, command=sys.argv)
-                state = session.state
-                print(f"bisect {session.run_id}: {state.n} commits after {state.commits[0].short} up to "
-                      f"{state.commits[-1].short}; signature {state.signature or 'the first failure at the bad commit'}"
-                      f"; confidence {args.confidence}")
             state = session.state
+            if resumed is None:
+                print(f"bisect {session.run_id}: {state.n} commits after {state.commits[0].short} up to "
+                      f"{state.commits[-1].short}; signature "
+                      f"{state.signature or 'the first failure at the bad commit'}; confidence {args.confidence}")
 
             def say(index: int, observed: str, results: list[Result]) -> None:
                 answer = state.search.answer()
@@ -94,7 +95,8 @@ def _bisect(args, signature: Signature | None, store: Store) -> int:
         print(f"wrote {path}")
     if not args.no_store:
         print(f"bisect {session.run_id} stored in {store.path} (resume with --resume {session.run_id})")
-    return EXIT_OK if report["verdict"] in ("FOUND", "SKIPPED_RANGE") else EXIT_FAILED
+    found = state.search.answer().conclusion in (Conclusion.FOUND, Conclusion.SKIPPED_RANGE)
+    return EXIT_OK if found else EXIT_FAILED
 
 
 def cmd_bisect_run(args) -> int:

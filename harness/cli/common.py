@@ -65,7 +65,7 @@ def devices(args, default: list[Device] | None = None) -> list[Device]:
 
 
 def engine_options(args, devices: list[Device], *, kernel_paths=None, golden_dtype: str | None = None,
-                tier: str | None = None, exitfirst: bool = False, golden_cache: str | None = None) -> RunOptions:
+                   tier: str | None = None, exitfirst: bool = False, golden_cache: str | None = None) -> RunOptions:
     """The engine options an executing command's flags say; the keywords override them (a resumed
     run's stored options, a session's golden cache).  A bad rules file: exit 2 before any case."""
     return options.run_options(options.Settings(

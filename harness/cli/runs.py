@@ -45,8 +45,8 @@ def _run(args, store: Store) -> int:
         planned, resume_options = [Planned(i, c) for i, c in enumerate(cases)], flags
         run_devices = devices(args)
     options = engine_options(args, run_devices, kernel_paths=resume_options.kernel_paths,
-                          golden_dtype=resume_options.golden_dtype, tier=resume_options.tier,
-                          exitfirst=args.exitfirst)
+                             golden_dtype=resume_options.golden_dtype, tier=resume_options.tier,
+                             exitfirst=args.exitfirst)
     reporter = Reporter(total=len(planned), plain=plain(args))
     with reporter:
         recorded = execute(
