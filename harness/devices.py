@@ -10,11 +10,13 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from harness.errors import UsageError
+
 _DEVICE_RE = re.compile(r"^(cpu|cuda|npu)(?::(\d+))?$")
 _RANGE_RE = re.compile(r"^(cuda|npu):(\d+)-(\d+)$")
 
 
-class DeviceError(ValueError):
+class DeviceError(UsageError):
     pass
 
 

@@ -8,7 +8,6 @@ Kernels still run in a device worker process, never in pytest's.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import sys
 from pathlib import Path
@@ -42,6 +41,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--store", default=None, metavar="PATH",
                     help="results database (default $HARNESS_STORE or reports/results.sqlite)")
     group.addoption("--no-store", action="store_true", help="do not record case results")
+    group.addoption("--harness-debug", action="store_true",
+                    help="trace worker spawns, the worker protocol, replacements and kills on stderr "
+                         "(also HARNESS_DEBUG=1)")
     group.addoption("--repeat", type=int, default=1, metavar="N",
                     help="run every case N times (a flake hunt): identical inputs, outputs compared bit for bit "
                          "with the first iteration; a per-case failure rate is printed at the end")
@@ -154,40 +156,33 @@ def _device_for_worker(config: pytest.Config):
 def _engine(config: pytest.Config):
     engine = config.stash.get(_ENGINE_KEY, None)
     if engine is None:
-        from harness.goldens.cache import default_cache_dir
-        from harness.run.engine import Engine, RunOptions
-        from harness.run.pool import WorkerOptions
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        log_dir = Path(config.getoption("--harness-log-dir") or Path("reports") / "logs" / f"pytest-{stamp}").resolve() / worker
-        golden = "" if config.getoption("--no-golden-cache") else str(
-            config.getoption("--golden-cache") or default_cache_dir())
-        engine = Engine(RunOptions(
-            devices=[_device_for_worker(config)],
-            worker=WorkerOptions(
-                log_dir=log_dir, golden_cache=golden, golden_dtype=config.getoption("--golden-dtype"),
-                kernel_paths=tuple(str(Path(p).resolve()) for p in config.getoption("--kernel-path")),
-                rules=_rules(config),
-            ),
-            run_device_tier_on_cpu=config.getoption("--harness-tier") == "all",
-        ))
+        from harness.run import options
+        from harness.run.engine import Engine
+        engine = Engine(options.run_options(options.Settings(
+            devices=(_device_for_worker(config),),
+            kernel_paths=tuple(config.getoption("--kernel-path")),
+            golden_cache=options.golden_cache(config.getoption("--golden-cache"),
+                                              config.getoption("--no-golden-cache")),
+            golden_dtype=config.getoption("--golden-dtype"),
+            log_dir=config.getoption("--harness-log-dir"), log_prefix="pytest-",
+            log_subdir=os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            rules=tuple(config.getoption("--harness-rules")),
+            tier=config.getoption("--harness-tier"))))
         config.stash[_ENGINE_KEY] = engine
     return engine
-
-
-def _rules(config: pytest.Config):
-    from harness.classify import default_rules
-    return default_rules(extra=[Path(p) for p in config.getoption("--harness-rules")])
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--repeat", 1) < 1:
         raise pytest.UsageError(f"--repeat must be at least 1, got {config.getoption('--repeat')}")
+    from harness import trace
+    trace.enable(config.getoption("--harness-debug", False) or trace.enabled_by_env())
     if config.getoption("--harness-rules", None):
-        from harness.classify import RulesError
+        from harness.classify import default_rules
+        from harness.errors import UsageError
         try:
-            _rules(config)
-        except RulesError as exc:
+            default_rules(extra=[Path(p) for p in config.getoption("--harness-rules")])
+        except UsageError as exc:
             raise pytest.UsageError(str(exc)) from None
     opt = config.getoption("--device", None)
     if opt:
@@ -203,12 +198,12 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if config.getoption("--no-store"):
         return
-    from harness.store import DEFAULT_STORE, StoreError, check_path, new_run_id
-    path = Path(config.invocation_params.dir, config.getoption("--store") or os.environ.get("HARNESS_STORE")
-                or DEFAULT_STORE)
+    from harness.run.options import store_path
+    from harness.store import StoreOpenError, check_path, new_run_id
+    path = Path(config.invocation_params.dir, store_path(config.getoption("--store")))
     try:
         check_path(path, create=False)        # a clear error before anything is collected or run
-    except StoreError as exc:
+    except StoreOpenError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_RUN_KEY] = (str(path), os.environ.get("HARNESS_RUN_ID") or new_run_id())
 
@@ -235,22 +230,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     items = [item for item in session.items if isinstance(item, CaseItem)]
     if path_and_id is None or not items:
         return
-    from harness.provenance import run_provenance
-    from harness.store import Store, StoreError, planned_entries
+    from harness.run.options import ResumeOptions, kernel_paths
+    from harness.run.session import begin
+    from harness.store import Store, StoreOpenError
     path, run_id = path_and_id
     try:
         store = Store(path)
-    except StoreError as exc:
+    except StoreOpenError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_STORE_KEY] = store
-    info = run_provenance(tuple(str(Path(p).resolve()) for p in config.getoption("--kernel-path")))
+    paths = kernel_paths(config.getoption("--kernel-path"))
     command = getattr(config, "workerinput", {}).get("mainargv", sys.argv)
-    store.start_run(run_id=run_id, kind="pytest", command=list(command), devices=_devices(config),
-                    provenance={"run": info}, env=info["env"],
-                    cases=planned_entries((i.case, i.repeat or 0) for i in items),
-                    extra={"options": {"kernel_paths": sorted(info["kernel_paths"]),
-                                       "golden_dtype": config.getoption("--golden-dtype"),
-                                       "tier": "all" if config.getoption("--harness-tier") == "all" else "auto"}})
+    begin(store, [(i.case, i.repeat or 0) for i in items], devices=_devices(config), kernel_paths=paths,
+          kind="pytest", command=list(command), run_id=run_id,
+          extra={"options": ResumeOptions(tuple(sorted(set(paths))), config.getoption("--golden-dtype"),
+                                          config.getoption("--harness-tier")).to_dict()})
 
 
 def _store(config: pytest.Config):

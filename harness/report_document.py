@@ -31,5 +31,5 @@ def build_document(results: list[Result], *, started: float, devices: list[str],
         "results": [strict_json(r.to_json()) for r in results],
         "summary": summarize(results),
     }
-    doc.update({k: strict_json(v) for k, v in extra.items() if v is not None and k != "summary_extra"})
+    doc.update({k: strict_json(v) for k, v in extra.items() if v is not None})
     return doc

@@ -17,7 +17,7 @@ down, which a device fault can cause, and costs under 1 ms per result on ext4 (s
 Reading follows the Hypothesis database habits: a row that does not decode
 (garbled JSON, an outcome this harness does not know) is skipped with a
 ``StoreWarning``, never a crash.  A file written by a *newer* harness (higher
-schema version) is a clear ``StoreError``; an older one is migrated on open.
+schema version) is a clear ``StoreOpenError``; an older one is migrated on open.
 
 Schema (version 1; ``PRAGMA user_version``):
 
@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness.errors import HarnessError, UsageError
 from harness.outcomes import Outcome, Result
 from harness.summary import strict_json as strict_json_value
 
@@ -67,8 +68,12 @@ APPLICATION_ID = 0x4B48524E  # "KHRN": marks the file as a harness results store
 _EFFECTIVE = os.access in os.supports_effective_ids
 
 
-class StoreError(Exception):
-    """The store cannot be used (bad path, not a store, newer schema, write failed). One line, names the path."""
+class StoreError(HarnessError):
+    """The store failed while in use (a write failed: disk full, ...). One line, names the path."""
+
+
+class StoreOpenError(StoreError, UsageError):
+    """The store cannot be opened (bad path, not a store, newer schema): the user's to fix."""
 
 
 class StoreWarning(UserWarning):
@@ -164,7 +169,7 @@ def planned_entries(items: Iterable[tuple[Any, int]]) -> list[dict]:
 
 
 def check_path(path: str | os.PathLike, *, create: bool = True) -> Path:
-    """Validate a store path without opening it; raise ``StoreError`` naming the path.
+    """Validate a store path without opening it; raise ``StoreOpenError`` naming the path.
 
     The file's own directory is created when missing if *its* parent exists
     (``reports/`` in a fresh checkout); a deeper missing directory, a directory
@@ -176,30 +181,30 @@ def check_path(path: str | os.PathLike, *, create: bool = True) -> Path:
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise StoreError(f"store {path}: is a directory, not a database file")
+        raise StoreOpenError(f"store {path}: is a directory, not a database file")
     if not directory.exists():
         if not directory.parent.is_dir():
-            raise StoreError(f"store {path}: directory {directory} does not exist (nor does {directory.parent})")
+            raise StoreOpenError(f"store {path}: directory {directory} does not exist (nor does {directory.parent})")
         if not create:
             if not os.access(directory.parent, os.W_OK | os.X_OK, effective_ids=_EFFECTIVE):
-                raise StoreError(f"store {path}: cannot create directory {directory}: "
-                                 f"{directory.parent} is not writable")
+                raise StoreOpenError(f"store {path}: cannot create directory {directory}: "
+                                     f"{directory.parent} is not writable")
             return path
         try:
             directory.mkdir()
         except FileExistsError:
             pass
         except OSError as exc:
-            raise StoreError(f"store {path}: cannot create directory {directory}: {exc.strerror or exc}") from None
+            raise StoreOpenError(f"store {path}: cannot create directory {directory}: {exc.strerror or exc}") from None
     if not directory.is_dir():
-        raise StoreError(f"store {path}: {directory} is not a directory")
+        raise StoreOpenError(f"store {path}: {directory} is not a directory")
     # access() also says no for root on read-only mounts and immutable directories; anything
     # it misses (odd network file systems) fails SQLite's own open and write probe instead.
     if not os.access(directory, os.W_OK | os.X_OK, effective_ids=_EFFECTIVE):
-        raise StoreError(f"store {path}: directory {directory} is not writable")
+        raise StoreOpenError(f"store {path}: directory {directory} is not writable")
     if path.exists() and not os.access(path, os.R_OK | os.W_OK,
                                        effective_ids=_EFFECTIVE):
-        raise StoreError(f"store {path}: file is not writable")
+        raise StoreOpenError(f"store {path}: file is not writable")
     return path
 
 
@@ -256,7 +261,7 @@ class Store:
             self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None,
                                          check_same_thread=False)
         except sqlite3.Error as exc:
-            raise StoreError(f"store {self.path}: cannot open: {exc}") from None
+            raise StoreOpenError(f"store {self.path}: cannot open: {exc}") from None
         try:
             self._configure()
             self._ensure_schema()
@@ -270,7 +275,7 @@ class Store:
             self._retry_locked(lambda: self._conn.execute("PRAGMA journal_mode=WAL").fetchone())
             self._conn.execute(f"PRAGMA synchronous={self.synchronous}")
         except sqlite3.DatabaseError as exc:
-            raise self._error("cannot open", exc) from None
+            raise self._error("cannot open", exc, StoreOpenError) from None
 
     def _retry_locked(self, fn: Callable[[], Any]) -> Any:
         """Switching to WAL can report 'locked' without waiting while another process creates the file."""
@@ -296,33 +301,33 @@ class Store:
                     tables = [r[0] for r in conn.execute(
                         "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")]
                     if tables:
-                        raise StoreError(f"store {self.path}: not a harness results store "
-                                         f"(an SQLite file with tables {', '.join(sorted(tables))})")
+                        raise StoreOpenError(f"store {self.path}: not a harness results store "
+                                             f"(an SQLite file with tables {', '.join(sorted(tables))})")
                     for statement in _SCHEMA:
                         conn.execute(statement)
                     conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                 else:
                     while version < SCHEMA_VERSION:
                         if version not in MIGRATIONS:
-                            raise StoreError(f"store {self.path}: schema version {version} has no migration "
-                                             f"to {SCHEMA_VERSION}")
+                            raise StoreOpenError(f"store {self.path}: schema version {version} has no migration "
+                                                 f"to {SCHEMA_VERSION}")
                         MIGRATIONS[version](conn)
                         version += 1
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:
-            raise self._error("cannot open", exc) from None
+            raise self._error("cannot open", exc, StoreOpenError) from None
 
     def _check_version(self, version: int) -> None:
         if version > SCHEMA_VERSION:
-            raise StoreError(f"store {self.path}: schema version {version} was written by a newer harness "
-                             f"(this one, {__version__}, reads up to {SCHEMA_VERSION}); upgrade, or use --store "
-                             f"to pick another file")
+            raise StoreOpenError(f"store {self.path}: schema version {version} was written by a newer harness "
+                                 f"(this one, {__version__}, reads up to {SCHEMA_VERSION}); upgrade, or use --store "
+                                 f"to pick another file")
 
-    def _error(self, doing: str, exc: BaseException) -> StoreError:
+    def _error(self, doing: str, exc: BaseException, error: type[StoreError] = StoreError) -> StoreError:
         text = str(exc)
         if "not a database" in text:
             text = "not an SQLite database"
-        return StoreError(f"store {self.path}: {doing}: {text}")
+        return error(f"store {self.path}: {doing}: {text}")
 
     # -- plumbing ---------------------------------------------------------
     @contextmanager

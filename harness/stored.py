@@ -10,6 +10,7 @@ rebuilding here, below the renderers, which only read the document.
 from __future__ import annotations
 
 from harness.bisect.driver import BisectState
+from harness.errors import UsageError
 from harness.flake.summary import summarize_hunt
 from harness.outcomes import Result
 from harness.refs import compare as refcompare
@@ -18,10 +19,10 @@ from harness.store import Store
 
 
 def stored_document(store: Store, run_id: str) -> dict:
-    """Raises ``LookupError`` (one line) when the store has no such run."""
+    """Raises ``UsageError`` (one line) when the store has no such run."""
     run = store.run(run_id)
     if run is None:
-        raise LookupError(f"no run {run_id} in {store.path}")
+        raise UsageError(f"no run {run_id} in {store.path}")
     kind = run["kind"]
     extra = run["extra"]
     keys: dict = {"kind": kind, "run_id": run_id, "shard": extra.get("shard")}

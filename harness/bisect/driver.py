@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from harness.bisect.search import FlakyBisect, Verdict
+from harness.bisect.search import Conclusion, FlakyBisect
+from harness.errors import UsageError
 from harness.outcomes import Outcome, Result
 from harness.refs.git import Commit
 
@@ -24,8 +25,12 @@ from harness.refs.git import Commit
 MAX_INCONCLUSIVE = 2
 
 
-class SignatureError(ValueError):
-    pass
+class SignatureError(UsageError):
+    """A ``--signature`` that does not read."""
+
+
+class BisectError(UsageError):
+    """The bisect cannot go on (an endpoint does not build, a stored state does not read)."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,7 @@ class BisectState:
         post = self.search.posterior()
         p = self.search.estimate_p()
         out: dict[str, Any] = {
-            "verdict": answer.verdict.value, "probability": answer.probability, "runs": answer.runs,
+            "verdict": answer.conclusion.value, "probability": answer.probability, "runs": answer.runs,
             "signature": None if self.signature is None else str(self.signature),
             "p": {"mean": p.mean, "low": p.low, "high": p.high, "level": p.level, "sightings": p.sightings},
             "none_in_range": self.search.none_in_range(),
@@ -172,7 +177,7 @@ class BisectState:
         if answer.first is not None:
             first, last = self.commits[answer.first], self.commits[answer.last]
             out["range"] = [first.sha, last.sha]
-            if answer.verdict is Verdict.FOUND:
+            if answer.conclusion is Conclusion.FOUND:
                 out["culprit"] = {"sha": first.sha, "subject": first.subject, "author_date": first.author_date,
                                   "author": first.author, "index": answer.first}
         return out
@@ -201,46 +206,3 @@ def run_steps(state: BisectState, runner, cases: list, *, parent: str, command: 
         if on_step:
             on_step(index, observed, recorded.results)
     return results
-
-
-class BisectError(Exception):
-    """The bisect cannot go on (an endpoint does not build, a stored state does not read)."""
-
-
-def render_report(state: BisectState, report: dict[str, Any]) -> list[str]:
-    """The lines printed at the end (and on ``--resume`` of a finished bisect)."""
-    lines = []
-    verdict = report["verdict"]
-    good, bad = state.commits[0], state.commits[-1]
-    sig = report["signature"] or "(none seen)"
-    if report["culprit"]:
-        c = report["culprit"]
-        lines.append(f"first bad commit: {c['sha']} {c['subject']}")
-        lines.append(f"  author date {c['author_date']}; posterior {100 * report['probability']:.2f}% "
-                     f"after {report['runs']} runs; signature {sig}")
-    elif verdict == Verdict.SKIPPED_RANGE.value:
-        first, last = report["range"]
-        lines.append(f"the first bad commit is one of {first[:12]}..{last[:12]} (untestable commits before a bad "
-                     f"one; posterior {100 * report['probability']:.2f}% after {report['runs']} runs)")
-    elif verdict == Verdict.GOOD_SHOWS.value:
-        lines.append(f"no culprit in range: the good endpoint {good.short} shows {sig} too "
-                     f"(posterior {100 * report['probability']:.2f}%)")
-    elif verdict == Verdict.NOT_REPRODUCED.value:
-        lines.append(f"no culprit in range: the bad endpoint {bad.short} did not reproduce "
-                     f"{'a failure' if report['signature'] is None else sig} in {report['runs']} runs")
-    else:
-        best = f"; most likely {report['range'][0][:12]}" if report["range"] else ""
-        lines.append(f"undecided after {report['runs']} runs (best {100 * report['probability']:.1f}%{best})")
-    p = report["p"]
-    if p["sightings"]:
-        lines.append(f"  reproduction probability p ~ {p['mean']:.2f} ({100 * p['level']:.0f}% interval "
-                     f"{p['low']:.2f}-{p['high']:.2f}, {p['sightings']} sightings)")
-    lines.append("  commit        runs  seen  posterior  subject")
-    for t in report["tally"]:
-        if not (t["runs"] or t["skipped"] or (t["posterior"] or 0) >= 0.001):
-            continue
-        post = "-" if t["posterior"] is None else f"{100 * t['posterior']:.2f}%"
-        tag = " (good)" if t["index"] == 0 else " (bad)" if t["index"] == state.n else ""
-        runs = "skip" if t["skipped"] else str(t["runs"])
-        lines.append(f"  {t['sha'][:12]}  {runs:>4}  {t['sightings']:>4}  {post:>9}  {t['subject'][:60]}{tag}")
-    return lines

@@ -57,13 +57,28 @@ MIN_INFORMATION_BITS = 1e-9
 LEADER_MASS = 0.5
 
 
-class Verdict(str, enum.Enum):
-    SEARCHING = "SEARCHING"            # not done: call next_index()
-    FOUND = "FOUND"                    # one commit holds >= confidence
-    SKIPPED_RANGE = "SKIPPED_RANGE"    # the culprit is one of skipped commits first..last-1 or last itself
-    GOOD_SHOWS = "GOOD_SHOWS"          # no culprit in range: the signature shows at G already
-    NOT_REPRODUCED = "NOT_REPRODUCED"  # no culprit in range: B did not show the signature
-    UNDECIDED = "UNDECIDED"            # stopped (run budget, nothing informative left) below confidence
+class Conclusion(str, enum.Enum):
+    """What the search concludes (its value is the bisect report's ``verdict``)."""
+
+    SEARCHING = "SEARCHING"
+    FOUND = "FOUND"
+    SKIPPED_RANGE = "SKIPPED_RANGE"
+    GOOD_SHOWS = "GOOD_SHOWS"
+    NOT_REPRODUCED = "NOT_REPRODUCED"
+    UNDECIDED = "UNDECIDED"
+
+    def describe(self) -> str:
+        return _DESCRIPTIONS[self]
+
+
+_DESCRIPTIONS = {
+    Conclusion.SEARCHING: "not done: call next_index()",
+    Conclusion.FOUND: "one commit holds at least the confidence",
+    Conclusion.SKIPPED_RANGE: "the culprit is one of the skipped commits first..last-1 or last itself",
+    Conclusion.GOOD_SHOWS: "no culprit in range: the signature shows at the good commit already",
+    Conclusion.NOT_REPRODUCED: "no culprit in range: the bad commit did not show the signature",
+    Conclusion.UNDECIDED: "stopped (run budget, nothing informative left) below the confidence",
+}
 
 
 @dataclass(frozen=True)
@@ -103,15 +118,15 @@ class PEstimate:
 class Answer:
     """Where the search stands.
 
-    ``first..last`` is the culprit range the verdict names: ``first == last`` for
+    ``first..last`` is the culprit range the conclusion names: ``first == last`` for
     FOUND; for SKIPPED_RANGE the skipped commits ``first..last-1`` and the tested
     commit ``last`` (untestable commits cannot be told apart from the first tested one
     after them); for UNDECIDED the most probable such group; ``None`` for the "none"
-    verdicts and while SEARCHING without a sighting. ``probability`` is the
-    posterior mass of what the verdict names.
+    conclusions and while SEARCHING without a sighting. ``probability`` is the
+    posterior mass of what the conclusion names.
     """
 
-    verdict: Verdict
+    conclusion: Conclusion
     first: int | None
     last: int | None
     probability: float
@@ -119,7 +134,7 @@ class Answer:
 
     @property
     def culprit(self) -> int | None:
-        return self.first if self.verdict is Verdict.FOUND else None
+        return self.first if self.conclusion is Conclusion.FOUND else None
 
 
 def _lgamma(x: np.ndarray) -> np.ndarray:
@@ -371,7 +386,7 @@ class FlakyBisect:
         return int(firsts[best]), int(lasts[best])
 
     def answer(self) -> Answer:
-        """The verdict now (SEARCHING while not done), with the range and probability it names."""
+        """The conclusion now (SEARCHING while not done), with the range and probability it names."""
         stats = self._stats()
         if "answer" not in stats:
             stats["answer"] = self._answer()
@@ -381,25 +396,25 @@ class FlakyBisect:
         stats = self._stats()
         post, n, runs = stats["post"], self.n, self.runs
         if stats["sightings"] == 0 and self._runs[n] >= self.max_bad_runs:
-            return Answer(Verdict.NOT_REPRODUCED, None, None, float(post[n + 1]), runs)
+            return Answer(Conclusion.NOT_REPRODUCED, None, None, float(post[n + 1]), runs)
         none_prob = float(post[0] + post[n + 1])
         if none_prob >= self.confidence:
-            verdict = Verdict.GOOD_SHOWS if post[0] >= post[n + 1] else Verdict.NOT_REPRODUCED
-            return Answer(verdict, None, None, none_prob, runs)
+            conclusion = Conclusion.GOOD_SHOWS if post[0] >= post[n + 1] else Conclusion.NOT_REPRODUCED
+            return Answer(conclusion, None, None, none_prob, runs)
         firsts, lasts, masses = self._group_masses()
         best = int(np.argmax(masses))
         first, last, mass = int(firsts[best]), int(lasts[best]), float(masses[best])
         if mass >= self.confidence:
-            return Answer(Verdict.FOUND if first == last else Verdict.SKIPPED_RANGE, first, last, mass, runs)
+            return Answer(Conclusion.FOUND if first == last else Conclusion.SKIPPED_RANGE, first, last, mass, runs)
         exhausted = self.max_runs is not None and runs >= self.max_runs
         if exhausted or (stats["sightings"] > 0 and self.information().max() <= MIN_INFORMATION_BITS):
-            return Answer(Verdict.UNDECIDED, first, last, mass, runs)
+            return Answer(Conclusion.UNDECIDED, first, last, mass, runs)
         if stats["sightings"] == 0:
-            return Answer(Verdict.SEARCHING, None, None, mass, runs)
-        return Answer(Verdict.SEARCHING, first, last, mass, runs)
+            return Answer(Conclusion.SEARCHING, None, None, mass, runs)
+        return Answer(Conclusion.SEARCHING, first, last, mass, runs)
 
     def done(self) -> bool:
-        return self.answer().verdict is not Verdict.SEARCHING
+        return self.answer().conclusion is not Conclusion.SEARCHING
 
     def culprit(self) -> int | None:
         """The culprit commit when FOUND, else None (see ``answer()`` for ranges and "none")."""

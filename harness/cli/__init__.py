@@ -1,4 +1,67 @@
-"""The command line: ``harness list|run|flake|compare|bisect|bisect-run|report|history``."""
-from harness.cli.commands import main
+"""The command line: ``harness list|run|flake|compare|bisect|bisect-run|report|history``.
+
+The commands parse flags (``parser``), call the harness and print; ``main`` maps
+errors to exit codes (README): ``UsageError`` is 2 with its one line, any other
+``HarnessError`` (the store failed mid-run, ...) is 3 with its one line, anything
+else is 3 with a traceback (a harness bug).
+"""
+from __future__ import annotations
+
+import sys
+
+from harness import trace
+from harness.cli.bisect import GIT_BAD, GIT_GOOD, GIT_SKIP, cmd_bisect, cmd_bisect_run
+from harness.cli.common import EXIT_INTERNAL, EXIT_USAGE
+from harness.cli.compare import cmd_compare
+from harness.cli.flake import cmd_flake
+from harness.cli.parser import build_parser
+from harness.cli.runs import cmd_list, cmd_run
+from harness.cli.stored import cmd_history, cmd_report
+from harness.errors import HarnessError, UsageError
 
 __all__ = ["main"]
+
+COMMANDS = {"list": cmd_list, "run": cmd_run, "flake": cmd_flake, "compare": cmd_compare, "bisect": cmd_bisect,
+            "bisect-run": cmd_bisect_run, "report": cmd_report, "history": cmd_history}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bisect-run"]:
+        return _git_safe(argv)
+    args = build_parser().parse_args(argv)
+    return _dispatch(args)
+
+
+def _git_safe(argv: list[str]) -> int:
+    """``bisect-run`` under ``git bisect run``: any code but 0, 1 and 125 aborts the whole bisect,
+    so bad usage, a broken harness or an interrupt all become 125 (skip), said on stderr."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return GIT_SKIP if exc.code not in (0, None) else 0
+    code = _dispatch(args)
+    if code not in (GIT_GOOD, GIT_BAD, GIT_SKIP):
+        print(f"harness bisect-run: exit {code} turned into 125 (skip) so git bisect goes on", file=sys.stderr)
+        return GIT_SKIP
+    return code
+
+
+def _dispatch(args) -> int:
+    trace.enable(args.debug or trace.enabled_by_env())
+    try:
+        return COMMANDS[args.command](args)
+    except UsageError as exc:
+        print(f"harness: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except HarnessError as exc:  # the store failed mid-run (disk full, ...): not a harness bug
+        print(f"harness: error: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
+    except KeyboardInterrupt:
+        print("harness: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the harness itself broke: say so, ask for a report
+        import traceback
+        traceback.print_exc()
+        print(f"harness: internal error: {type(exc).__name__}: {exc} (this is a harness bug)", file=sys.stderr)
+        return EXIT_INTERNAL

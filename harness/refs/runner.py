@@ -12,7 +12,6 @@ other, so tables and the store show it.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -21,11 +20,9 @@ from harness import refs
 from harness.run.engine import Engine, Planned, RunOptions
 from harness.outcomes import Outcome, Result
 from harness.run.pool import case_fields
-from harness.provenance import run_provenance
 from harness.logs import log_tail
-from harness.summary import summarize
-from harness.run.session import Recorded, execute
-from harness.store import Store, planned_entries
+from harness.run.session import Recorded, execute, recording
+from harness.store import Store
 
 DEFAULT_ENV = ("PYTHONPATH={worktree}:{PYTHONPATH}",)
 DEFAULT_BUILD_TIMEOUT_S = 1800.0
@@ -137,21 +134,15 @@ class RefRunner:
         why = "timed out" if build.timed_out else f"exited {build.returncode}"
         summary = f"build of {ref.name} ({ref.commit.short}) {why}: {self.setup.build} (log {build.log_path})"
         tail = log_tail(build.log_path, lines=80, max_bytes=4000) or ""
-        run_info = run_provenance(self.base.worker.kernel_paths)
-        devices = [str(d) for d in self.base.devices]
-        run_id = self.store.start_run(command=command, devices=devices, provenance={"run": run_info},
-                                      env=run_info["env"], cases=planned_entries((p.case, p.repeat) for p in planned),
-                                      kind=kind, parent_id=parent_id, ref=ref.name, ref_sha=ref.commit.sha,
-                                      extra=extra)
-        recorded = Recorded(run_id, [], {"run": run_info}, time.time(), devices)
-        for p in planned:
-            r = Result(outcome=Outcome.BUILD_ERROR, summary=summary, report=tail, ref=ref.name,
-                       metrics={"build": ref.provenance["build"]},
-                       **case_fields(p.case, p.repeat, self.base.devices[0], None))
-            r = replace(r, log=str(build.log_path))
-            self.store.add_result(run_id, r)
-            recorded.results.append(r)
-            if on_result:
-                on_result(p, r)
-        self.store.finish_run(run_id, summarize(recorded.results))
+        with recording(self.store, planned, self.base, kind=kind, parent_id=parent_id, command=command,
+                       ref=ref.name, ref_sha=ref.commit.sha, extra=extra) as recorded:
+            for p in planned:
+                r = Result(outcome=Outcome.BUILD_ERROR, summary=summary, report=tail, ref=ref.name,
+                           metrics={"build": ref.provenance["build"]},
+                           **case_fields(p.case, p.repeat, self.base.devices[0], None))
+                r = replace(r, log=str(build.log_path))
+                self.store.add_result(recorded.run_id, r)
+                recorded.results.append(r)
+                if on_result:
+                    on_result(p, r)
         return recorded

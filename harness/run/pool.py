@@ -30,6 +30,7 @@ from harness import trace
 from harness.case import Case
 from harness.classify.matching import Classification, classify_exception, classify_exit, classify_timeout, read_log
 from harness.devices import Device
+from harness.errors import HarnessError
 from harness.outcomes import Outcome, Result
 from harness.processes import TERM_GRACE_S, terminate
 from harness.worker import protocol
@@ -95,7 +96,7 @@ def log_name(case_id: str, repeat: int) -> str:
     return f"{safe}.r{repeat}.log"
 
 
-class WorkerStartError(RuntimeError):
+class WorkerStartError(HarnessError):
     pass
 
 

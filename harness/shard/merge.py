@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness.errors import UsageError
 from harness.outcomes import Outcome, Result
 from harness.report_document import SCHEMA_VERSION
 from harness.summary import strict_json, summarize
@@ -42,7 +43,7 @@ RUN_SEPARATOR = "::"
 FORCE_HINT = "use --force to merge anyway"
 
 
-class MergeError(Exception):
+class MergeError(UsageError):
     """The sources cannot be merged (unreadable, not a report, not from one sharded run). One line."""
 
 

@@ -34,12 +34,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from harness.errors import UsageError
+
 T = TypeVar("T")
 
 _SHARD_RE = re.compile(r"([0-9]+)/([0-9]+)", re.ASCII)
 
 
-class ShardError(Exception):
+class ShardError(UsageError):
     """A bad ``--shard`` value or shard count. One line, names the value."""
 
 

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.bisect.search import FlakyBisect, Verdict
+from harness.bisect.search import Conclusion, FlakyBisect
 
 
 def simulate(search: FlakyBisect, culprit: int, p: float, rng: np.random.Generator,
@@ -39,7 +39,7 @@ def test_deterministic_failure_is_found_in_about_log2_n_runs(n):
     for culprit in culprits:
         # p known to be 1: one run per bisection step, plus the one run at B
         search = simulate(FlakyBisect(n, p_prior=known_p(1.0)), int(culprit), 1.0, rng)
-        assert search.answer().verdict is Verdict.FOUND and search.culprit() == culprit
+        assert search.answer().conclusion is Conclusion.FOUND and search.culprit() == culprit
         assert search.runs <= math.ceil(math.log2(n)) + 2
     runs = []
     for culprit in culprits:
@@ -58,7 +58,7 @@ def test_flaky_culprit_is_found(p, n, trials, misses):
     for culprit in rng.integers(1, n + 1, size=trials):
         search = simulate(FlakyBisect(n), int(culprit), p, rng)
         answer = search.answer()
-        assert answer.verdict is Verdict.FOUND and answer.probability >= 0.99
+        assert answer.conclusion is Conclusion.FOUND and answer.probability >= 0.99
         assert answer.runs == search.runs == sum(t.runs for t in search.tally())
         assert answer.culprit >= culprit               # a sighting never lies: a miss is always too late
         wrong += answer.culprit != culprit
@@ -118,7 +118,7 @@ def test_culprit_among_skipped_commits_is_reported_as_a_range(culprit, p):
         search.skip(index)
     simulate(search, culprit, p, rng)
     answer = search.answer()
-    assert answer.verdict is Verdict.SKIPPED_RANGE
+    assert answer.conclusion is Conclusion.SKIPPED_RANGE
     assert (answer.first, answer.last) == (6, 9)      # skipped 6..8 and the tested commit after them
     assert answer.probability >= 0.99 and answer.culprit is None and search.culprit() is None
     assert all(search.tally()[i].runs == 0 and search.tally()[i].skipped for i in (6, 7, 8))
@@ -130,7 +130,7 @@ def test_culprit_next_to_skipped_commits_is_still_found():
     for index in (6, 7, 8):
         search.skip(index)
     simulate(search, 10, 0.5, rng)
-    assert search.answer().verdict is Verdict.FOUND and search.culprit() == 10
+    assert search.answer().conclusion is Conclusion.FOUND and search.culprit() == 10
 
 
 def test_skip_rules():
@@ -151,7 +151,7 @@ def test_good_endpoint_showing_the_signature_means_none_in_range():
     rng = np.random.default_rng(3)
     search = simulate(FlakyBisect(32), 0, 0.5, rng)  # every commit, G included, shows it
     answer = search.answer()
-    assert answer.verdict is Verdict.GOOD_SHOWS and answer.culprit is None
+    assert answer.conclusion is Conclusion.GOOD_SHOWS and answer.culprit is None
     assert search.none_in_range() >= 0.99 and search.tally()[0].sightings >= 1
 
 
@@ -159,7 +159,7 @@ def test_one_sighting_at_the_good_endpoint_settles_it():
     search = FlakyBisect(8)
     search.record(8, True)
     search.record(0, True)
-    assert search.answer().verdict is Verdict.GOOD_SHOWS
+    assert search.answer().conclusion is Conclusion.GOOD_SHOWS
     assert search.posterior()[0] == pytest.approx(1.0)
     assert search.next_index() is None
 
@@ -172,7 +172,7 @@ def test_bad_endpoint_that_never_reproduces_gives_up_within_its_budget():
         search.record(index, False)
     assert chosen == [32] * 20
     answer = search.answer()
-    assert answer.verdict is Verdict.NOT_REPRODUCED and answer.culprit is None and answer.first is None
+    assert answer.conclusion is Conclusion.NOT_REPRODUCED and answer.culprit is None and answer.first is None
     assert search.none_in_range() > search.posterior()[1:33].max()
 
 
@@ -180,7 +180,7 @@ def test_run_budget_ends_undecided_with_the_best_guess():
     rng = np.random.default_rng(11)
     search = simulate(FlakyBisect(64, max_runs=12), 40, 0.3, rng)
     answer = search.answer()
-    assert answer.verdict is Verdict.UNDECIDED and answer.runs == 12
+    assert answer.conclusion is Conclusion.UNDECIDED and answer.runs == 12
     assert answer.culprit is None and answer.first is not None and answer.probability < 0.99
 
 

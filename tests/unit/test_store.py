@@ -19,6 +19,7 @@ import pytest
 
 from harness import store as store_mod
 from harness.case import PRESETS, Case, SeqLens, SlotMode
+from harness.errors import UsageError
 from harness.outcomes import Outcome, Result
 from harness.store import (
     DEFAULT_STORE,
@@ -26,6 +27,7 @@ from harness.store import (
     MemoryStore,
     Store,
     StoreError,
+    StoreOpenError,
     StoreWarning,
     check_path,
     new_run_id,
@@ -371,6 +373,15 @@ def test_finish_run_can_complete_the_provenance(store):
 def test_a_directory_is_not_a_store(tmp_path):
     with pytest.raises(StoreError, match="is a directory"):
         Store(tmp_path)
+
+
+def test_an_unusable_path_is_the_users_to_fix_a_failed_write_is_not(tmp_path, store):
+    with pytest.raises(StoreOpenError) as opened:
+        Store(tmp_path)
+    assert isinstance(opened.value, UsageError)
+    with pytest.raises(StoreError) as written:
+        store.update_extra("no-such-run", {"x": 1})
+    assert not isinstance(written.value, UsageError)
 
 
 def test_default_path_is_under_reports():

@@ -1,0 +1,105 @@
+"""What the commands share: exit codes, loading cases, the store, devices, engine settings, outputs."""
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from harness.case import Case
+from harness.casefiles import load_paths, select
+from harness.devices import Device, parse_device, parse_device_list
+from harness.errors import UsageError
+from harness.refs.runner import DEFAULT_ENV, RefSetup
+from harness.reports.terminal import Reporter
+from harness.run import options
+from harness.run.engine import RunOptions
+from harness.run.session import Outputs
+from harness.store import MemoryStore, Store
+
+# README: 0 every case passed (or was skipped), 1 some case failed, 2 bad usage or bad
+# case files, 3 the harness itself broke.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def load_cases(args) -> list[Case]:
+    cases = load_paths(args.paths)
+    if args.tier in ("ci", "device"):
+        cases = [c for c in cases if c.tier == args.tier]
+    if args.expr:
+        cases = select(cases, args.expr)
+    if not cases:
+        what = f" matching -k {args.expr!r}" if args.expr else ""
+        raise UsageError(f"no cases{what} in {', '.join(args.paths)}")
+    if getattr(args, "seed", None) is not None:
+        cases = [c.with_seed(args.seed) for c in cases]
+    return cases
+
+
+def store_path(args) -> str:
+    return options.store_path(args.store)
+
+
+def open_store(args) -> Store:
+    """Before any case loads or runs: an unusable store path is a usage error (``StoreOpenError``)."""
+    if getattr(args, "no_store", False):
+        if getattr(args, "resume", None):
+            raise UsageError("--resume needs the store the run was recorded in (drop --no-store)")
+        return MemoryStore()
+    return Store(store_path(args))
+
+
+def outputs(args) -> Outputs:
+    return Outputs(json=args.json_path, junit=args.junit, markdown=args.markdown, html=args.html)
+
+
+def devices(args, default: list[Device] | None = None) -> list[Device]:
+    if args.device and args.devices:
+        raise UsageError("give --device or --devices, not both")
+    if args.devices:
+        return parse_device_list(args.devices)
+    if args.device or default is None:
+        return [parse_device(args.device or "cpu")]
+    return default
+
+
+def engine_options(args, devices: list[Device], *, kernel_paths=None, golden_dtype: str | None = None,
+                   tier: str | None = None, exitfirst: bool = False, golden_cache: str | None = None) -> RunOptions:
+    """The engine options an executing command's flags say; the keywords override them (a resumed
+    run's stored options, a session's golden cache).  A bad rules file: exit 2 before any case."""
+    return options.run_options(options.Settings(
+        devices=tuple(devices),
+        kernel_paths=tuple(args.kernel_path if kernel_paths is None else kernel_paths),
+        golden_cache=golden_cache if golden_cache is not None
+        else options.golden_cache(args.golden_cache, args.no_golden_cache),
+        golden_dtype=golden_dtype or args.golden_dtype, log_dir=args.log_dir, rules=tuple(args.rules),
+        tier=tier or args.tier, exitfirst=exitfirst))
+
+
+@contextlib.contextmanager
+def session_golden_cache(args) -> Iterator[str | None]:
+    """The golden cache directory of a multi-run session: the usual one, or with --no-golden-cache
+    a temporary one for this session only (each distinct golden is still computed once)."""
+    if not args.no_golden_cache:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="harness-goldens-") as tmp:
+        yield tmp
+
+
+def ref_setup(args) -> RefSetup:
+    return RefSetup(repo=Path(args.repo), env_templates=tuple(args.env_templates or DEFAULT_ENV), build=args.build,
+                    build_timeout_s=args.build_timeout, cache_dir=args.worktree_cache)
+
+
+def plain(args) -> bool:
+    return args.no_progress or args.no_color or not sys.stdout.isatty()
+
+
+def note_outputs(reporter: Reporter, args, run_id: str, store: Store) -> None:
+    for path in (args.json_path, args.junit, args.markdown, args.html):
+        if path:
+            reporter.note(f"wrote {path}")
+    if not args.no_store:
+        reporter.note(f"run {run_id} stored in {store.path}")

@@ -1,0 +1,188 @@
+"""The ``harness`` argument parser: every subcommand's flags, and the flag value checks."""
+from __future__ import annotations
+
+import argparse
+
+from harness import __version__
+from harness.flake.hunt import SEED_MODES
+from harness.store import DEFAULT_STORE
+
+
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", default=["cases"], help="case files or directories (default: cases)")
+    p.add_argument("-k", dest="expr", default=None, help="select cases whose id matches EXPR (and/or/not)")
+    p.add_argument("--tier", choices=("auto", "ci", "device", "all"), default="auto",
+                   help="auto: every case, device-tier ones skipped on cpu; ci/device: only that tier; "
+                        "all: every case, device tier run on cpu too")
+
+
+def _add_store(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default=None, metavar="PATH",
+                   help=f"results database (default $HARNESS_STORE or {DEFAULT_STORE})")
+
+
+def _add_outputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="results and summary as JSON")
+    p.add_argument("--junit", default=None, metavar="FILE", help="JUnit XML (one testcase per result)")
+    p.add_argument("--markdown", default=None, metavar="FILE", help="Markdown summary for a PR comment")
+    p.add_argument("--html", default=None, metavar="FILE", help="one self-contained HTML report")
+
+
+def _add_execution(p: argparse.ArgumentParser) -> None:
+    """Options of every command that runs cases (run, flake, compare, bisect)."""
+    p.add_argument("--device", default=None, help="cpu, cuda:N or npu:N (default cpu)")
+    p.add_argument("--devices", default=None, help="several devices, one worker each: npu:0-7, cuda:0,cuda:1")
+    p.add_argument("--kernel-path", action="append", default=[], metavar="DIR",
+                   help="prepend DIR to the workers' PYTHONPATH (repeatable)")
+    p.add_argument("--golden-cache", default=None, metavar="DIR",
+                   help="golden cache directory (default $HARNESS_GOLDEN_CACHE or ~/.cache/...)")
+    p.add_argument("--no-golden-cache", action="store_true",
+                   help="do not keep goldens between runs (a run still computes each distinct golden once)")
+    p.add_argument("--golden-dtype", choices=("fp32", "fp64"), default="fp32")
+    p.add_argument("--log-dir", default=None, help="per-case logs (default reports/logs/<timestamp>)")
+    p.add_argument("--rules", action="append", default=[], metavar="FILE",
+                   help="extra classifier rules (YAML; harness-rules.yaml in the cwd is read too)")
+    p.add_argument("--no-progress", action="store_true", help="plain line-per-case output")
+    p.add_argument("--no-color", action="store_true", help="plain output without colours (as when not a TTY)")
+    _add_store(p)
+    p.add_argument("--no-store", action="store_true", help="keep results in memory only")
+    p.add_argument("--seed", type=int, default=None, help="run every selected case with this input seed "
+                   "(replays one iteration of a fresh-seed hunt)")
+    _add_outputs(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="harness", description="Correctness harness for fused LLM kernels.")
+    parser.add_argument("--version", action="version", version=f"harness {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true",
+                        help="trace worker spawns, the worker protocol, replacements and kills on stderr "
+                             "(also HARNESS_DEBUG=1)")
+
+    p_list = sub.add_parser("list", parents=[common], help="expand and validate case files, print case ids")
+    _add_selection(p_list)
+
+    p_run = sub.add_parser("run", parents=[common], help="run cases on a device")
+    _add_selection(p_run)
+    _add_execution(p_run)
+    p_run.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first failure")
+    p_run.add_argument("--shard", default=None, metavar="I/N",
+                       help="run only shard I of N (1-based; deterministic: every host computes the same split)")
+    p_run.add_argument("--shard-durations", default=None, metavar="SOURCE",
+                       help="balance shards by the durations in SOURCE (a --json report or a store); default: "
+                            "the store's recorded durations, by count when it has none. Give every shard the "
+                            "same SOURCE, or they split differently (report --merge notices)")
+    p_run.add_argument("--resume", default=None, metavar="RUN_ID",
+                       help="run only the cases RUN_ID planned and has no result for (cases, kernel paths, "
+                            "golden dtype and tier come from that run)")
+
+    p_flake = sub.add_parser("flake", parents=[common],
+                             help="run cases N times: failure rate, intervals, bitwise determinism")
+    _add_selection(p_flake)
+    _add_execution(p_flake)
+    p_flake.add_argument("--repeat", type=positive_int("--repeat"), default=None,
+                         help="iterations per case (default 20; with --until-fail, the cap, default 1000)")
+    p_flake.add_argument("--seeds", choices=SEED_MODES, default="fixed",
+                         help="fixed: identical inputs every iteration, outputs compared bit for bit across "
+                              "iterations; fresh: a new recorded seed per iteration")
+    p_flake.add_argument("--hunt-seed", type=int, default=None,
+                         help="fresh seeds derive from this (default: random, printed and stored)")
+    p_flake.add_argument("--until-fail", action="store_true", help="stop a case at its first failure")
+    p_flake.add_argument("--stop-after", type=positive_int("--stop-after"), default=None, metavar="K",
+                         help="stop a case after K failures")
+    p_flake.add_argument("--max-minutes", type=float, default=None, help="stop starting iterations after this")
+    p_flake.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
+    p_flake.add_argument("--target-rate", type=float, default=None, metavar="RATE",
+                         help="for a clean case, say how many more clean runs would bound its rate at RATE")
+    p_flake.add_argument("--allow-nondeterministic", action="store_true",
+                         help="bits that vary between iterations (values within tolerance) do not fail the hunt")
+    p_flake.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), default=None,
+                         help="compare two stored hunts (run ids, or --json files): failure-rate change per "
+                              "case with a Fisher exact test; runs nothing")
+
+    p_cmp = sub.add_parser("compare", parents=[common],
+                           help="the same cases x N on several kernel-library refs, as a PR table")
+    _add_selection(p_cmp)
+    _add_execution(p_cmp)
+    _add_refs(p_cmp)
+    p_cmp.add_argument("--ref", dest="refs", action="append", default=[], metavar="NAME=REV",
+                       help="a ref to run (sha, branch, tag, remote ref of a fork); repeat; the first is the "
+                            "baseline, the last the candidate")
+    p_cmp.add_argument("--repeat", type=positive_int("--repeat"), default=5, help="runs per case per ref (default 5)")
+
+    p_bis = sub.add_parser("bisect", parents=[common],
+                           help="the first commit of the kernel library that shows a failure, "
+                                "even when it reproduces only sometimes")
+    _add_selection(p_bis)
+    _add_execution(p_bis)
+    _add_refs(p_bis)
+    p_bis.add_argument("--good", default=None, metavar="REV", help="a commit without the failure")
+    p_bis.add_argument("--bad", default=None, metavar="REV", help="a commit with it")
+    p_bis.add_argument("--signature", default=None, metavar="OUTCOME[:CODE]",
+                       help="the failure to look for (MISMATCH, DEVICE_FAULT:507018, FAIL_507018, CRASH:SIGSEGV); "
+                            "default: the first failure seen at the bad commit")
+    p_bis.add_argument("--confidence", type=float, default=0.99, help="stop when one commit holds this posterior")
+    p_bis.add_argument("--first-parent", action="store_true", help="follow only first parents (merge-heavy history)")
+    p_bis.add_argument("--max-runs", type=positive_int("--max-runs"), default=300, help="run budget (default 300)")
+    p_bis.add_argument("--good-runs", type=int, default=0, metavar="N",
+                       help="run the good commit N times right after the first sighting, as a smoke test "
+                            "(default 0: it is run when that is informative; docs/bisect.md)")
+    p_bis.add_argument("--max-bad-runs", type=positive_int("--max-bad-runs"), default=50, metavar="N",
+                       help="give up (NOT_REPRODUCED) after N clean runs at the bad commit (default 50)")
+    p_bis.add_argument("--resume", default=None, metavar="BISECT_ID",
+                       help="continue a stored bisect (its cases, refs and options come from the store)")
+
+    p_brun = sub.add_parser("bisect-run", parents=[common],
+                            help="for `git bisect run`: exit 0 good, 1 bad, 125 skip, nothing else")
+    _add_selection(p_brun)
+    _add_execution(p_brun)
+    p_brun.add_argument("--signature", default=None, metavar="OUTCOME[:CODE]",
+                        help="bad only when this failure shows (other failures: skip); default: any failure is bad")
+    p_brun.add_argument("--repeat", type=positive_int("--repeat"), default=1,
+                        help="runs per case; bad if the signature shows in any (for flaky failures)")
+    p_brun.add_argument("--build", default=None, metavar="CMD", help="run first in the current directory; "
+                        "a failing build is a skip (125)")
+    p_brun.add_argument("--build-timeout", type=float, default=1800.0, metavar="S")
+
+    p_rep = sub.add_parser("report", parents=[common],
+                           help="render a stored run, a --json file or merged shards in any format")
+    p_rep.add_argument("source", nargs="?", default=None,
+                       help="a run id in the store, or a --json file (default: the newest stored run)")
+    p_rep.add_argument("--merge", nargs="+", default=None, metavar="SOURCE",
+                       help="merge shard outputs (--json files, stores, or STORE::RUN_ID) into one report")
+    p_rep.add_argument("--force", action="store_true",
+                       help="merge sources from different matrices or harness versions anyway (warnings say what)")
+    _add_store(p_rep)
+    _add_outputs(p_rep)
+
+    p_hist = sub.add_parser("history", parents=[common], help="a case's results across stored runs")
+    p_hist.add_argument("pattern", help="case id: a glob with * and ?, else a substring")
+    p_hist.add_argument("--limit", type=int, default=50, help="newest N rows (default 50)")
+    _add_store(p_hist)
+    return parser
+
+
+def _add_refs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repo", default=None, metavar="PATH", help="the kernel library's git repository")
+    p.add_argument("--env", dest="env_templates", action="append", default=None, metavar="KEY=TEMPLATE",
+                   help="per-ref environment, e.g. 'PYTHONPATH={worktree}/python:{PYTHONPATH}' or "
+                        "'PYPTO_ROOT={worktree}' (repeatable; default 'PYTHONPATH={worktree}:{PYTHONPATH}')")
+    p.add_argument("--build", default=None, metavar="CMD", help="run in each ref's worktree before its cases "
+                   "(once per commit; a failing build is BUILD_ERROR for that ref)")
+    p.add_argument("--build-timeout", type=float, default=1800.0, metavar="S", help="default 1800 s")
+    p.add_argument("--worktree-cache", default=None, metavar="DIR",
+                   help="where refs are checked out (default $HARNESS_WORKTREE_CACHE or ~/.cache/harness/worktrees)")
+
+
+def positive_int(flag: str):
+    """An argparse ``type``: a whole number of at least 1, the error naming ``flag``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} takes a whole number, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be at least 1, got {value}")
+        return value
+    return parse

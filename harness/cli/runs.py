@@ -1,0 +1,84 @@
+"""``harness list`` and ``harness run`` (with ``--shard`` and ``--resume``)."""
+from __future__ import annotations
+
+import sys
+
+from harness.case import Case
+from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, engine_options, load_cases, note_outputs,
+                                open_store, outputs, plain)
+from harness.devices import parse_device
+from harness.errors import UsageError
+from harness.outcomes import Outcome
+from harness.reports.terminal import Reporter
+from harness.run.engine import Planned
+from harness.run.options import ResumeOptions
+from harness.run.options import kernel_paths as resolved_kernel_paths
+from harness.run.session import Addendum, execute, resumed
+from harness.shard.merge import MergeError, load_durations
+from harness.shard.split import parse_shard, select_shard, shard_info
+from harness.store import Store
+
+
+def cmd_list(args) -> int:
+    for case in load_cases(args):
+        print(f"{case.case_id}\t{case.op}\t{case.kernel}\t{case.tier}\t{case.source}")
+    return EXIT_OK
+
+
+def cmd_run(args) -> int:
+    devices(args)    # --device and --devices together: exit 2 before the store is touched
+    with open_store(args) as store:
+        return _run(args, store)
+
+
+def _run(args, store: Store) -> int:
+    flags = ResumeOptions(resolved_kernel_paths(args.kernel_path), args.golden_dtype, args.tier)
+    if args.resume:
+        resume = resumed(store, args.resume, flags)
+        if not resume.planned:
+            print(f"harness: run {args.resume}: nothing missing")
+            return EXIT_OK
+        planned, shard, resume_options = resume.planned, resume.shard, resume.options
+        run_devices = devices(args, default=[parse_device(d) for d in resume.devices])
+    else:
+        cases, shard = _shard(args, load_cases(args), store)
+        planned, resume_options = [Planned(i, c) for i, c in enumerate(cases)], flags
+        run_devices = devices(args)
+    options = engine_options(args, run_devices, kernel_paths=resume_options.kernel_paths,
+                             golden_dtype=resume_options.golden_dtype, tier=resume_options.tier,
+                             exitfirst=args.exitfirst)
+    reporter = Reporter(total=len(planned), plain=plain(args))
+    with reporter:
+        recorded = execute(
+            planned, options, store, command=sys.argv, resumed_from=args.resume,
+            extra={"options": resume_options.to_dict(), "log_dir": str(options.worker.log_dir),
+                   **({"shard": shard} if shard else {})},
+            on_start=lambda p, w: reporter.started(p.case.case_id, str(w.device)),
+            on_result=lambda p, r: reporter.finished(r), outputs=outputs(args),
+            addendum=lambda rec: Addendum(document={"shard": shard} if shard else {}))
+    summary = recorded.summary
+    reporter.final(recorded.results, summary)
+    note_outputs(reporter, args, recorded.run_id, store)
+    if summary["counts"].get(Outcome.HARNESS_ERROR.value):
+        return EXIT_INTERNAL
+    return EXIT_FAILED if summary["failed"] else EXIT_OK
+
+
+def _shard(args, cases: list[Case], store: Store) -> tuple[list[Case], dict | None]:
+    """This host's part of the matrix under ``--shard I/N`` (the whole list otherwise)."""
+    if not args.shard:
+        return cases, None
+    shard = parse_shard(args.shard)
+    if args.shard_durations:
+        try:
+            durations = load_durations(args.shard_durations)
+        except MergeError as exc:     # a usage error already; the message gains the flag's name
+            raise UsageError(f"--shard-durations: {exc}") from None
+    else:
+        durations = store.durations()
+    ids = [c.case_id for c in cases]
+    durations = {k: v for k, v in durations.items() if k in set(ids)} or None
+    mine = select_shard(cases, shard, key=lambda c: c.case_id, durations=durations)
+    info = shard_info(shard, ids, durations, matrices={c.matrix for c in cases})
+    print(f"shard {shard}: {len(mine)} of {len(set(ids))} cases (balanced by {info['balanced_by']})", flush=True)
+    return mine, info

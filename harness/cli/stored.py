@@ -1,0 +1,74 @@
+"""``harness report`` and ``harness history``: what the store (or a --json file) holds, rendered."""
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from pathlib import Path
+
+from harness.cli.common import EXIT_FAILED, EXIT_OK, outputs, store_path
+from harness.errors import UsageError
+from harness.outcomes import Outcome
+from harness.reports.document import load_document
+from harness.stored import stored_document
+from harness.run.session import write_outputs
+from harness.shard.merge import merge
+from harness.store import Store
+
+
+def cmd_report(args) -> int:
+    if args.merge:
+        if args.source:
+            raise UsageError("give a SOURCE to re-render or --merge SOURCES, not both")
+        doc = merge(args.merge, force=args.force, command=sys.argv)
+        for warning in doc.get("warnings", []):
+            print(f"harness: warning: {warning}", file=sys.stderr)
+    else:
+        doc = _stored_document(args)
+    asked = outputs(args)
+    if not asked.any():     # nothing asked for: the Markdown summary on stdout
+        from harness.reports.markdown import render_markdown
+        print(render_markdown(doc))
+    for path in write_outputs(asked, doc):
+        print(f"wrote {path}", file=sys.stderr)
+    summary = doc.get("summary") or {}
+    return EXIT_FAILED if summary.get("failed") else EXIT_OK
+
+
+def _stored_document(args) -> dict:
+    if args.source and Path(args.source).is_file():
+        try:
+            return load_document(args.source)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{args.source}: not a harness report document ({exc})") from None
+    path = store_path(args)
+    if not Path(path).exists():
+        raise UsageError(f"no store at {path} (and {args.source!r} is not a file)" if args.source
+                         else f"no store at {path}: give a run id with --store, or a --json file")
+    with Store(path) as store:
+        run_id = args.source
+        if run_id is None:
+            latest = store.runs(limit=50)
+            top = [r for r in latest if r["parent_id"] is None]
+            if not top:
+                raise UsageError(f"no runs in {store.path}")
+            run_id = top[0]["run_id"]
+        return stored_document(store, run_id)
+
+
+def cmd_history(args) -> int:
+    with Store(store_path(args)) as store:
+        rows = store.history(args.pattern)
+    if not rows:
+        raise UsageError(f"no stored results for a case matching {args.pattern!r} in {store.path}")
+    rows = rows[-args.limit:]
+    print("when                 run                  kind    device    ref                 runs  outcomes        "
+          "fail rate  case")
+    for g in rows:
+        when = _dt.datetime.fromtimestamp(g["started"]).strftime("%Y-%m-%d %H:%M:%S")
+        ref = (g["ref"] or "-") + (f" {g['ref_sha'][:8]}" if g.get("ref_sha") else "")
+        ran = g["total"] - g["outcomes"].get(Outcome.SKIPPED.value, 0)
+        rate = f"{100.0 * g['failed'] / ran:.1f}%" if ran else "-"
+        counts = ", ".join(f"{n} {label}" for label, n in sorted(g["counts"].items(), key=lambda kv: -kv[1]))
+        print(f"{when}  {g['run_id']:<20} {g['kind'] or '-':<7} {','.join(g['devices']) or '-':<9} {ref:<19} "
+              f"{g['total']:>4}  {counts:<15} {rate:>9}  {g['case_id']}")
+    return EXIT_OK
