@@ -11,7 +11,7 @@ from harness.bisect import session as bisect
 from harness.bisect.driver import CLEAN, SIGHTED, Signature, observe
 from harness.bisect.search import Conclusion
 from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, load_cases, open_store, outputs,
-                                ref_setup, session_golden_cache)
+                                publisher, ref_setup, session_golden_cache)
 from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.flake import hunt as flake
@@ -22,7 +22,8 @@ from harness import refs
 from harness.refs.runner import RefRunner
 from harness.reports.bisect_text import render_bisect
 from harness.run.options import kernel_paths
-from harness.run.session import execute, write_outputs
+from harness.run.session import execute
+from harness.reports.writers import write_outputs
 from harness.store import Store
 
 # `git bisect run` aborts on any other exit code.
@@ -116,7 +117,7 @@ def cmd_bisect_run(args) -> int:
     with open_store(args) as store, session_golden_cache(args) as golden_cache:
         recorded = execute(planned, engine_options(args, devices(args), golden_cache=golden_cache), store,
                            kind="bisect-run", command=sys.argv, ref=revision["sha"][:12] if revision else None,
-                           ref_sha=revision["sha"] if revision else None, outputs=outputs(args))
+                           ref_sha=revision["sha"] if revision else None, publish=publisher(args))
     what, sig = observe(recorded.results, signature)
     for r in recorded.results:
         if r.outcome.failed:

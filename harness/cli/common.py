@@ -6,6 +6,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Callable
 
 from harness.case import Case
 from harness.casefiles import load_paths, select
@@ -15,7 +16,7 @@ from harness.refs.runner import DEFAULT_ENV, RefSetup
 from harness.reports.terminal import Reporter
 from harness.run import options
 from harness.run.engine import RunOptions
-from harness.run.session import Outputs
+from harness.reports.writers import Outputs, write_outputs
 from harness.store import MemoryStore, Store
 
 # README: 0 every case passed (or was skipped), 1 some case failed, 2 bad usage or bad
@@ -52,6 +53,12 @@ def open_store(args) -> Store:
 
 def outputs(args) -> Outputs:
     return Outputs(json=args.json_path, junit=args.junit, markdown=args.markdown, html=args.html)
+
+
+def publisher(args) -> Callable[[dict], list[str]] | None:
+    """What a run does with its document once its results are in: write the report files asked for."""
+    asked = outputs(args)
+    return (lambda doc: write_outputs(asked, doc)) if asked.any() else None
 
 
 def devices(args, default: list[Device] | None = None) -> list[Device]:

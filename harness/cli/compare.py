@@ -11,7 +11,7 @@ from harness import refs
 from harness.refs.runner import RefRunner
 from harness.reports.flake_text import iteration_line
 from harness.reports.terminal import Reporter
-from harness.run.session import write_outputs
+from harness.reports.writers import write_outputs
 from harness.store import Store
 
 

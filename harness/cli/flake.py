@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, engine_options, load_cases, note_outputs,
-                                open_store, outputs, plain, session_golden_cache, store_path)
+                                open_store, plain, publisher, session_golden_cache, store_path)
 from harness.errors import UsageError
 from harness.flake import hunt as flake
 from harness.flake.changes import HuntChange, hunt_changes
@@ -71,7 +71,7 @@ def _flake(args, options: HuntOptions, store: Store) -> int:
                                  "conf": options.conf},
                        "log_dir": str(run.worker.log_dir)},
                 on_start=lambda p, w: reporter.started(f"{p.case.case_id} iter {p.repeat}", str(w.device)),
-                on_result=on_result, should_run=rules.should_run, outputs=outputs(args), addendum=addendum)
+                on_result=on_result, should_run=rules.should_run, publish=publisher(args), addendum=addendum)
     for case_id, s in summaries.items():
         for line in summary_lines(case_id, s):
             reporter.note(line)

@@ -5,7 +5,7 @@ import sys
 
 from harness.case import Case
 from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, engine_options, load_cases, note_outputs,
-                                open_store, outputs, plain)
+                                open_store, plain, publisher)
 from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.outcomes import Outcome
@@ -54,7 +54,7 @@ def _run(args, store: Store) -> int:
             extra={"options": resume_options.to_dict(), "log_dir": str(options.worker.log_dir),
                    **({"shard": shard} if shard else {})},
             on_start=lambda p, w: reporter.started(p.case.case_id, str(w.device)),
-            on_result=lambda p, r: reporter.finished(r), outputs=outputs(args),
+            on_result=lambda p, r: reporter.finished(r), publish=publisher(args),
             addendum=lambda rec: Addendum(document={"shard": shard} if shard else {}))
     summary = recorded.summary
     reporter.final(recorded.results, summary)

@@ -10,7 +10,7 @@ from harness.errors import UsageError
 from harness.outcomes import Outcome
 from harness.reports.document import load_document
 from harness.stored import stored_document
-from harness.run.session import write_outputs
+from harness.reports.writers import write_outputs
 from harness.shard.merge import merge
 from harness.store import Store
 

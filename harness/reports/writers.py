@@ -8,6 +8,7 @@ that writes no HTML never imports matplotlib.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Callable
 
 def _json(path: str | os.PathLike, doc: dict) -> None:
@@ -30,3 +31,27 @@ def _html(path: str | os.PathLike, doc: dict) -> None:
 WRITERS: dict[str, Callable[[str | os.PathLike, dict], None]] = {
     "json": _json, "junit": _junit, "markdown": _markdown, "html": _html,
 }
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The files a run writes besides the store (None: not asked for)."""
+
+    json: str | None = None
+    junit: str | None = None
+    markdown: str | None = None
+    html: str | None = None
+
+    def any(self) -> bool:
+        return any((self.json, self.junit, self.markdown, self.html))
+
+
+def write_outputs(outputs: Outputs, doc: dict) -> list[str]:
+    """Write each asked-for format from one document; returns what was written."""
+    written = []
+    for fmt, path in (("json", outputs.json), ("junit", outputs.junit), ("markdown", outputs.markdown),
+                      ("html", outputs.html)):
+        if path:
+            WRITERS[fmt](path, doc)
+            written.append(path)
+    return written

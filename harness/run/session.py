@@ -30,19 +30,6 @@ from harness.store import Store, planned_entries
 
 
 @dataclass(frozen=True)
-class Outputs:
-    """The files a run writes besides the store (None: not asked for)."""
-
-    json: str | None = None
-    junit: str | None = None
-    markdown: str | None = None
-    html: str | None = None
-
-    def any(self) -> bool:
-        return any((self.json, self.junit, self.markdown, self.html))
-
-
-@dataclass(frozen=True)
 class Addendum:
     """What a command adds to a recorded run once its results are in."""
 
@@ -69,18 +56,6 @@ def document(recorded: Recorded, command: list[str] | None = None, **extra: Any)
     return build_document(recorded.results, started=recorded.started, devices=recorded.devices,
                           command=command or sys.argv, provenance=recorded.provenance,
                           run_id=recorded.run_id, **{**recorded.addendum.document, **extra})
-
-
-def write_outputs(outputs: Outputs, doc: dict) -> list[str]:
-    """Write each asked-for format from one document; returns what was written."""
-    from harness.reports import writers
-    written = []
-    for fmt, path in (("json", outputs.json), ("junit", outputs.junit), ("markdown", outputs.markdown),
-                      ("html", outputs.html)):
-        if path:
-            writers.WRITERS[fmt](path, doc)
-            written.append(path)
-    return written
 
 
 def begin(store: Store, planned: Iterable[tuple[Case, int]], *, devices: list[str],
@@ -120,7 +95,7 @@ def execute(planned: list[Planned], options: RunOptions, store: Store, *, kind: 
             on_start: Callable[[Planned, Any], None] | None = None,
             on_result: Callable[[Planned, Result], None] | None = None,
             should_run: Callable[[Planned], bool] | None = None,
-            outputs: Outputs | None = None, addendum: Callable[[Recorded], Addendum] | None = None,
+            publish: Callable[[dict], Any] | None = None, addendum: Callable[[Recorded], Addendum] | None = None,
             engine: Engine | None = None) -> Recorded:
     """Run ``planned`` as one stored run and return it (also when interrupted: see module doc)."""
     with recording(store, planned, options, kind=kind, command=command, parent_id=parent_id, ref=ref,
@@ -147,8 +122,8 @@ def execute(planned: list[Planned], options: RunOptions, store: Store, *, kind: 
                 engine.close()
             if addendum:
                 recorded.addendum = addendum(recorded)
-            if outputs is not None and outputs.any():
-                write_outputs(outputs, document(recorded, command))
+            if publish:
+                publish(document(recorded, command))
     return recorded
 
 
