@@ -42,15 +42,6 @@ MEMORY_ENTRIES = 4
 _SUFFIX = ".safetensors"
 
 
-def default_cache_dir() -> Path:
-    """``$HARNESS_GOLDEN_CACHE``, else ``$XDG_CACHE_HOME/fused-kernel-harness/goldens``, else ``~/.cache/...``."""
-    explicit = os.environ.get("HARNESS_GOLDEN_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "fused-kernel-harness" / "goldens"
-
-
 class GoldenCache:
     """Goldens by key, from memory, then disk, else computed.  ``root=None`` disables caching."""
 

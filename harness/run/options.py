@@ -16,10 +16,18 @@ from typing import Any
 
 from harness.classify import default_rules
 from harness.devices import Device
-from harness.goldens.cache import default_cache_dir
 from harness.run.engine import RunOptions
 from harness.run.pool import WorkerOptions
 from harness.store import DEFAULT_STORE
+
+
+def default_cache_dir() -> Path:
+    """``$HARNESS_GOLDEN_CACHE``, else ``$XDG_CACHE_HOME/fused-kernel-harness/goldens``, else ``~/.cache/...``."""
+    explicit = os.environ.get("HARNESS_GOLDEN_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "fused-kernel-harness" / "goldens"
 
 
 @dataclass(frozen=True)

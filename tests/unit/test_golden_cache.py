@@ -11,7 +11,8 @@ import torch
 
 from harness import goldens
 import harness.goldens.cache as cache_module
-from harness.goldens.cache import GoldenCache, default_cache_dir
+from harness.goldens.cache import GoldenCache
+from harness.run.options import default_cache_dir
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.worker.inputs import generate
 

@@ -114,3 +114,13 @@ def test_the_rules_can_fail(rule_test, monkeypatch, tmp_path):
     monkeypatch.setitem(MODULES, "harness.store_planted", planted)
     with pytest.raises(AssertionError):
         rule_test()
+
+
+def test_the_front_end_starts_without_torch():
+    """`harness list` and every command's start-up import no torch: case files are validated without it."""
+    import subprocess
+    import sys
+    code = "import sys, harness.cli, harness.pytest_plugin; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
