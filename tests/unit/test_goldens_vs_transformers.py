@@ -120,8 +120,8 @@ def transformers_rope_kv_write(config: Qwen3Config, args: dict) -> dict[str, tor
 
 def transformers_paged_decode_attention(config: Qwen3Config, args: dict) -> dict[str, torch.Tensor]:
     attn = attention_module(config, args)
-    out = [attend(attn, heads_first(args["query"][b:b + 1].to(F32)),
-                  cached(args["k_cache"], args["block_table"][b], n), cached(args["v_cache"], args["block_table"][b], n))[0]
+    out = [attend(attn, heads_first(args["query"][b:b + 1].to(F32)), cached(args["k_cache"], args["block_table"][b], n),
+                  cached(args["v_cache"], args["block_table"][b], n))[0]
            for b, n in enumerate(args["seq_lens"].tolist())]
     return {"out": torch.stack(out)}
 
@@ -177,7 +177,7 @@ def qwen3_model(config: Qwen3Config, args: dict) -> Qwen3ForCausalLM:
 
 
 def transformers_decode_layers(config: Qwen3Config, args: dict) -> dict[str, torch.Tensor]:
-    """Per row: ``Qwen3ForCausalLM`` on the row's hidden state, a ``DynamicCache`` holding each layer's paged context."""
+    """Per row: ``Qwen3ForCausalLM`` on the row's hidden state; a ``DynamicCache`` holds each layer's paged context."""
     model = qwen3_model(config, args)
     residual: list[torch.Tensor] = []
     hook = model.model.norm.register_forward_pre_hook(lambda _, inputs: residual.append(inputs[0][0, 0]))
@@ -243,7 +243,7 @@ def test_golden_equals_transformers_qwen3(op, seed):
 
 
 def test_inv_rms_is_the_input_norm_folded_into_the_projections():
-    """``Qwen3Attention.forward`` on ``input_layernorm(x)`` is the fused op with ``proj = (x * g) @ W.T``, ``inv_rms = 1/rms(x)``.
+    """``Qwen3Attention.forward`` on ``input_layernorm(x)`` is the fused op given ``(x * g) @ W.T`` and ``1/rms(x)``.
 
     The projections and ``inv_rms`` are made from a hidden state and a random attention's
     weights; every other argument (QK-norm weights, tables, positions, paged cache) is generated.
