@@ -9,8 +9,9 @@ the golden rounds q/k/v before attention) must equal what transformers computes
 from the same arguments to ``TOLERANCE`` in fp32.  docs/contracts.md, "A
 transformers Qwen3 model as op arguments", states the mapping these tests use.
 
-Mutants prove the comparison can fail: a golden with GPT-J RoPE, or with the
-k-norm weight unapplied, differs from transformers far beyond ``TOLERANCE``.
+Mutants prove the comparison can fail: a golden with GPT-J RoPE, with the k-norm
+weight unapplied, or with the KV heads tiled instead of repeated (query head ``h``
+reading KV head ``h % Hkv``) differs from transformers far beyond ``TOLERANCE``.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 from harness import goldens
 from harness.case import Case, Geometry, SeqLens, SlotMode
 from harness.goldens import common
+from harness.goldens import prefill_attention as prefill_golden
 from harness.worker.inputs import generate, rope_tables
 
 F32 = torch.float32
@@ -302,12 +304,25 @@ def unweighted_k_norm(args: dict) -> dict:
     return dict(args, k_norm_weight=torch.ones_like(args["k_norm_weight"]))
 
 
-@pytest.mark.parametrize("mutant", ["gptj_rope", "k_norm_unapplied"])
-@pytest.mark.parametrize("op", PROLOGUE_OPS)
-def test_a_wrong_golden_differs_from_transformers(op, mutant, monkeypatch):
+def tiled_gqa(attend):
+    """``attend`` with query head ``h`` reading KV head ``h % Hkv`` (the KV heads tiled, not repeated)."""
+    def wrong(q, k, v, scale, visible=None):
+        group = q.shape[1] // k.shape[1]
+        return attend(q, k.repeat(1, group, 1), v.repeat(1, group, 1), scale, visible)
+    return wrong
+
+
+@pytest.mark.parametrize(("mutant", "op"), [
+    *(("gptj_rope", op) for op in PROLOGUE_OPS),
+    *(("k_norm_unapplied", op) for op in PROLOGUE_OPS),
+    *(("tiled_gqa", op) for op in goldens.ops() if op != "rope_kv_write"),
+])
+def test_a_wrong_golden_differs_from_transformers(mutant, op, monkeypatch):
+    golden_args = unweighted_k_norm if mutant == "k_norm_unapplied" else (lambda args: args)
     if mutant == "gptj_rope":
         monkeypatch.setattr(common, "rope", gptj_rope)
-        found = errors(op, lambda args: args)
-    else:
-        found = errors(op, unweighted_k_norm)
+    if mutant == "tiled_gqa":
+        monkeypatch.setattr(common, "attend", tiled_gqa(common.attend))
+        monkeypatch.setattr(prefill_golden, "attend", tiled_gqa(prefill_golden.attend))
+    found = errors(op, golden_args)
     assert max(found.values()) > 100 * TOLERANCE, found
