@@ -29,3 +29,36 @@ def write(cache: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> None:
 
 def split_heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
     return x.reshape(x.shape[0], -1, head_dim)
+
+
+def decode_with_fresh(attend, q, k, v, block_table, seq_lens, k_cache, v_cache, scale) -> torch.Tensor:
+    """Each row's query over its cached context (positions ``< seq_len - 1``) and its own fresh k/v.
+
+    ``attend(q [1, Hq, D], keys [n, Hkv, D], vals, scale) -> [1, Hq, D]`` is the kernel's own attention.
+    """
+    result = torch.empty_like(q)
+    for b in range(q.shape[0]):
+        n = int(seq_lens[b]) - 1
+        keys = torch.cat([gather(k_cache, block_table[b], n, q.dtype), k[b:b + 1]])
+        vals = torch.cat([gather(v_cache, block_table[b], n, q.dtype), v[b:b + 1]])
+        result[b] = attend(q[b:b + 1], keys, vals, scale)[0]
+    return result
+
+
+def prefill_chunks(attend_causal, q, k, v, cu_seqlens, context_lens, block_table, k_cache, v_cache,
+                   scale) -> torch.Tensor:
+    """Each sequence's chunk over its cached context, and causally over the chunk's fresh k/v.
+
+    ``attend_causal(q [m, Hq, D], keys [c + m, Hkv, D], vals, c, scale) -> [m, Hq, D]``: query ``i``
+    of the chunk sees keys ``0 .. c + i``.
+    """
+    cu = cu_seqlens.tolist()
+    result = torch.empty_like(q)
+    for b, c in enumerate(context_lens.tolist()):
+        lo, hi = cu[b], cu[b + 1]
+        if hi == lo:
+            continue
+        keys = torch.cat([gather(k_cache, block_table[b], c, q.dtype), k[lo:hi]])
+        vals = torch.cat([gather(v_cache, block_table[b], c, q.dtype), v[lo:hi]])
+        result[lo:hi] = attend_causal(q[lo:hi], keys, vals, c, scale)
+    return result

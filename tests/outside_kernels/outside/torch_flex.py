@@ -14,7 +14,7 @@ import warnings
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from outside._paging import gather, write
+from outside._paging import gather, prefill_chunks, write
 from outside._prologue32 import F32, prologue
 
 warnings.filterwarnings("ignore", message=".*flex_attention.*")
@@ -71,27 +71,23 @@ def fused_rope_decode_attention(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weigh
     query.copy_(q)
 
 
+def _flex_causal(q, keys, vals, context, scale):
+    """A chunk of m queries: query i sees keys 0 .. context + i, as a flex_attention block mask."""
+    def causal(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + context
+
+    mask = create_block_mask(causal, 1, None, q.shape[0], keys.shape[0], device=str(q.device))
+    o = flex_attention(q.transpose(0, 1)[None], keys.transpose(0, 1)[None], vals.transpose(0, 1)[None],
+                       block_mask=mask, scale=scale, enable_gqa=True)
+    return o[0].transpose(0, 1)
+
+
 def prefill_attention(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rope_cos, rope_sin,
                       positions, slot_mapping, cu_seqlens, context_lens, block_table, scale, eps, k_cache, v_cache,
                       out):
     q, k, v = prologue(q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rope_cos, rope_sin,
                        positions, eps)
-    cu, ctx = cu_seqlens.tolist(), context_lens.tolist()
-    result = torch.empty_like(q)
-    for b, c in enumerate(ctx):
-        lo, hi = cu[b], cu[b + 1]
-        if hi == lo:
-            continue
-        keys = torch.cat([gather(k_cache, block_table[b], c, F32), k[lo:hi]])
-        vals = torch.cat([gather(v_cache, block_table[b], c, F32), v[lo:hi]])
-
-        def causal(bb, h, q_idx, kv_idx, c=c):
-            return kv_idx <= q_idx + c
-
-        mask = create_block_mask(causal, 1, None, hi - lo, keys.shape[0], device=str(q.device))
-        o = flex_attention(q[lo:hi].transpose(0, 1)[None], keys.transpose(0, 1)[None], vals.transpose(0, 1)[None],
-                           block_mask=mask, scale=scale, enable_gqa=True)
-        result[lo:hi] = o[0].transpose(0, 1)
+    result = prefill_chunks(_flex_causal, q, k, v, cu_seqlens, context_lens, block_table, k_cache, v_cache, scale)
     write(k_cache, slot_mapping, k)
     write(v_cache, slot_mapping, v)
     out.copy_(result)

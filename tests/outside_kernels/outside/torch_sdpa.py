@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from outside._paging import gather, write
+from outside._paging import decode_with_fresh, gather, prefill_chunks, write
 from outside._prologue32 import F32, prologue
 
 
@@ -22,6 +22,13 @@ def _sdpa(q, k, v, scale, mask=None):
     q, k, v = (x.to(ATTN_DTYPE).transpose(0, 1)[None] for x in (q, k, v))
     o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
     return o[0].transpose(0, 1).to(F32)
+
+
+def _sdpa_causal(q, keys, vals, context, scale):
+    """A chunk of m queries: query i sees keys 0 .. context + i (a boolean mask, True = attend)."""
+    i = torch.arange(q.shape[0], device=q.device)[:, None]
+    j = torch.arange(keys.shape[0], device=q.device)[None, :]
+    return _sdpa(q, keys, vals, scale, mask=j <= context + i)
 
 
 def rope_kv_write(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rope_cos, rope_sin,
@@ -45,12 +52,7 @@ def fused_rope_decode_attention(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weigh
                                 v_cache, out, query):
     q, k, v = prologue(q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rope_cos, rope_sin,
                        positions, eps)
-    result = torch.empty_like(q)
-    for b in range(q.shape[0]):
-        n = int(seq_lens[b]) - 1
-        keys = torch.cat([gather(k_cache, block_table[b], n, F32), k[b:b + 1]])
-        vals = torch.cat([gather(v_cache, block_table[b], n, F32), v[b:b + 1]])
-        result[b] = _sdpa(q[b:b + 1], keys, vals, scale)[0]
+    result = decode_with_fresh(_sdpa, q, k, v, block_table, seq_lens, k_cache, v_cache, scale)
     write(k_cache, slot_mapping, k)
     write(v_cache, slot_mapping, v)
     out.copy_(result)
@@ -62,15 +64,7 @@ def prefill_attention(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_
                       out):
     q, k, v = prologue(q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rope_cos, rope_sin,
                        positions, eps)
-    cu, ctx = cu_seqlens.tolist(), context_lens.tolist()
-    result = torch.empty_like(q)
-    for b, c in enumerate(ctx):
-        lo, hi = cu[b], cu[b + 1]
-        keys = torch.cat([gather(k_cache, block_table[b], c, F32), k[lo:hi]])
-        vals = torch.cat([gather(v_cache, block_table[b], c, F32), v[lo:hi]])
-        i = torch.arange(hi - lo, device=q.device)[:, None]
-        j = torch.arange(c + hi - lo, device=q.device)[None, :]
-        result[lo:hi] = _sdpa(q[lo:hi], keys, vals, scale, mask=j <= c + i)
+    result = prefill_chunks(_sdpa_causal, q, k, v, cu_seqlens, context_lens, block_table, k_cache, v_cache, scale)
     write(k_cache, slot_mapping, k)
     write(v_cache, slot_mapping, v)
     out.copy_(result)

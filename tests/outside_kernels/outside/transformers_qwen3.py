@@ -19,7 +19,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3DecoderLayer, Qwen3RMSNorm, apply_rotary_pos_emb, eager_attention_forward,
 )
 
-from outside._paging import gather, write
+from outside._paging import decode_with_fresh, gather, prefill_chunks, write
 
 F32 = torch.float32
 
@@ -65,6 +65,16 @@ def _eager(q, k, v, scale):
     return out[0]                     # [1, Hq, D] (transformers returns [b, s, H, D])
 
 
+def _sdpa_causal(q, keys, vals, context, scale):
+    """A chunk of m queries through transformers' SDPA function: query i sees keys 0 .. context + i."""
+    i = torch.arange(q.shape[0], device=q.device)[:, None]
+    j = torch.arange(keys.shape[0], device=q.device)[None, :]
+    mask = (j <= context + i)[None, None]                 # bool, True = attend (SDPA's convention)
+    o, _ = sdpa_attention_forward(_Attn(q.shape[1] // keys.shape[1]), _bhsd(q), _bhsd(keys), _bhsd(vals), mask,
+                                  scaling=scale)
+    return o[0]
+
+
 def rope_kv_write(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rope_cos, rope_sin,
                   positions, slot_mapping, eps, k_cache, v_cache, query):
     with torch.no_grad():
@@ -89,12 +99,7 @@ def fused_rope_decode_attention(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weigh
     with torch.no_grad():
         q, k, v = _prologue(q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rope_cos, rope_sin,
                             positions, eps)
-        result = torch.empty_like(q)
-        for b in range(q.shape[0]):
-            n = int(seq_lens[b]) - 1
-            keys = torch.cat([gather(k_cache, block_table[b], n, F32), k[b:b + 1]])
-            vals = torch.cat([gather(v_cache, block_table[b], n, F32), v[b:b + 1]])
-            result[b] = _eager(q[b:b + 1], keys, vals, scale)[0]
+        result = decode_with_fresh(_eager, q, k, v, block_table, seq_lens, k_cache, v_cache, scale)
         write(k_cache, slot_mapping, k)
         write(v_cache, slot_mapping, v)
         out.copy_(result)
@@ -107,20 +112,8 @@ def prefill_attention(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_
     with torch.no_grad():
         q, k, v = _prologue(q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rope_cos, rope_sin,
                             positions, eps)
-        cu, ctx = cu_seqlens.tolist(), context_lens.tolist()
-        result = torch.empty_like(q)
-        module = _Attn(q.shape[1] // k.shape[1])
-        for b, c in enumerate(ctx):
-            lo, hi = cu[b], cu[b + 1]
-            if hi == lo:
-                continue
-            keys = torch.cat([gather(k_cache, block_table[b], c, F32), k[lo:hi]])
-            vals = torch.cat([gather(v_cache, block_table[b], c, F32), v[lo:hi]])
-            i = torch.arange(hi - lo, device=q.device)[:, None]
-            j = torch.arange(keys.shape[0], device=q.device)[None, :]
-            mask = (j <= c + i)[None, None]                 # bool, True = attend (SDPA's convention)
-            o, _ = sdpa_attention_forward(module, _bhsd(q[lo:hi]), _bhsd(keys), _bhsd(vals), mask, scaling=scale)
-            result[lo:hi] = o[0]
+        result = prefill_chunks(_sdpa_causal, q, k, v, cu_seqlens, context_lens, block_table, k_cache, v_cache,
+                                scale)
         write(k_cache, slot_mapping, k)
         write(v_cache, slot_mapping, v)
         out.copy_(result)
