@@ -16,6 +16,7 @@ from harness.adapters import (
     Adapted, AdapterCall, adapt, block_table_from_flashinfer, cache_layout, const, drop, expand_layers,
     fia_pages, flashinfer_from_block_table, flashinfer_pages, per_layer, rename, returns,
 )
+from harness.classify.matching import classify_exception
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.errors import UsageError
 from harness.ops import OPS
@@ -316,5 +317,7 @@ def test_shipped_kernels_are_adapters_with_the_contract_signature(name):
 def test_transformers_qwen3_without_transformers_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)          # import transformers -> ImportError
     monkeypatch.delitem(sys.modules, "harness.kernels.adapted.transformers_qwen3", raising=False)
-    with pytest.raises(ImportError, match=r"transformers-qwen3 needs `pip install transformers`"):
+    with pytest.raises(ImportError, match=r"transformers-qwen3 needs `pip install transformers`") as err:
         importlib.import_module("harness.kernels.adapted.transformers_qwen3")
+    found = classify_exception("import", "ImportError", str(err.value), "")
+    assert found.outcome is Outcome.BUILD_ERROR and "needs `pip install transformers`" in found.summary
