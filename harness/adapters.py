@@ -209,7 +209,7 @@ class AdapterCall:
 @dataclass
 class _Call:
     kwargs: dict[str, Any]
-    write_back: list[tuple[str, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    write_back: list[tuple[str, Layout, torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
 
 def _to_layout(t: torch.Tensor, layout: Layout) -> torch.Tensor:
@@ -262,7 +262,7 @@ class Adapted:
                     if piece.contiguous:
                         laid = laid.contiguous()
                     if not _shares_memory(laid, original):
-                        call.write_back.append((name, original, laid))
+                        call.write_back.append((name, layout, original, laid))
                     call.kwargs[name] = laid
             elif isinstance(piece, PerLayer):
                 for name in piece.names:
@@ -283,10 +283,9 @@ class Adapted:
                 call.kwargs = {dict(piece.names).get(k, k): v for k, v in call.kwargs.items()}
         result = self.fn(**call.kwargs)
         copied = self._copy_returned(result, returned, args)
-        layouts = {n: lay for p in self.pieces if isinstance(p, CacheLayout) for n, lay in p.layouts}
-        for name, original, laid in call.write_back:
-            original.copy_(_from_layout(laid, layouts[name], original.shape))
-        self.last_call = AdapterCall(self.name, copied, tuple(name for name, _, _ in call.write_back))
+        for _, layout, original, laid in call.write_back:
+            original.copy_(_from_layout(laid, layout, original.shape))
+        self.last_call = AdapterCall(self.name, copied, tuple(name for name, *_ in call.write_back))
         return None
 
     def _page(self, piece: Paging, kwargs: dict[str, Any], args: dict[str, Any]) -> None:
@@ -340,6 +339,7 @@ def _check(adapted: Adapted) -> tuple[str, ...]:
     op, who = adapted.op, f"adapter {adapted.name!r}"
     names = list(op.arg_names)
     layered = {a.name for a in op.args if a.shape[:1] == ("L",)}
+    laid_out: set[str] = set()
 
     def need(piece: str, arg: str, among=None) -> None:
         if arg not in (names if among is None else among):
@@ -356,6 +356,9 @@ def _check(adapted: Adapted) -> tuple[str, ...]:
             caches = [a.name for a in op.caches]
             for n, layout in piece.layouts:
                 need("cache_layout", n, caches)
+                if n in laid_out:
+                    raise UsageError(f"{who}: cache_layout: {n} is given a layout twice")
+                laid_out.add(n)
                 if not isinstance(layout, Layout):
                     raise UsageError(f"{who}: cache_layout: unknown layout {layout!r} for {n} "
                                      f"(layouts: {', '.join(lay.value for lay in Layout)})")

@@ -205,6 +205,8 @@ def any_fn(**_):
     ("paged_decode_attention", (per_layer("k_cache"),), r"per_layer: op paged_decode_attention has no layers"),
     ("decode_layers", (per_layer("wq"),), r"per_layer: wq has no \[L\] dimension"),
     ("decode_layers", (expand_layers("k_cache"),), r"expand_layers: k_cache is not a shared tensor"),
+    ("paged_decode_attention", (cache_layout(k_cache="HND"), cache_layout(k_cache="rows")),
+     r"cache_layout: k_cache is given a layout twice"),
     ("paged_decode_attention", (const(scale=1.0),), r"const: 'scale' is already an argument; drop it first"),
     ("paged_decode_attention", (rename(query="out"),), r"rename: two arguments would both be called out"),
     ("nope", (), r"unknown op 'nope'"),
