@@ -102,6 +102,18 @@ def test_decode_layers_layers_keep_their_leading_dim_per_layer_and_expand():
     assert wq.shape == (3, 16, 32) and wq.stride()[0] == 0 and wq.data_ptr() == args["wq"].data_ptr()
 
 
+@pytest.mark.parametrize("layout,shape", [("rows", (2, N * P * HKV, D)), ("slots", (2, N * P, HKV, D))])
+def test_decode_layers_flat_layouts_keep_the_layer_dim(layout, shape):
+    seen: dict = {}
+    k = adapt("decode_layers", lambda **kw: seen.update(kw), cache_layout(v_cache=layout), name="flat-layers")
+    args = {n: None for n in OPS["decode_layers"].arg_names}
+    args.update(k_cache=cache(2), v_cache=cache(2))
+    k(**args)
+    assert seen["v_cache"].shape == shape and seen["v_cache"].data_ptr() == args["v_cache"].data_ptr()
+    assert torch.equal(seen["v_cache"][1].reshape(-1, D)[(2 * P + 3) * HKV + 1], args["v_cache"][1, 2, 3, 1])
+    assert k.last_call.copied_caches == ()
+
+
 # -- page tables ---------------------------------------------------------------------------
 
 def test_flashinfer_pages_of_a_known_table():
