@@ -301,7 +301,8 @@ class Adapted:
     def _copy_returned(self, result: Any, outputs: tuple[str, ...], args: dict[str, Any]) -> tuple[str, ...]:
         if not outputs:
             return ()
-        values = (result,) if isinstance(result, torch.Tensor) else tuple(result or ())
+        values = (result,) if isinstance(result, torch.Tensor) else (
+            tuple(result) if isinstance(result, (tuple, list)) else ())
         if len(values) < len(outputs):
             raise ValueError(f"adapter {self.name!r}: the library returned {len(values)} value(s), "
                              f"expected {', '.join(outputs)}")

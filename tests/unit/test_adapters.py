@@ -196,6 +196,9 @@ def test_returning_the_buffer_itself_is_no_copy_and_a_wrong_size_is_an_error():
     k = adapt("paged_decode_attention", lambda **_: args["out"], returns("out"), name="same")
     k(**args)
     assert k.last_call.copied_outputs == ()
+    k = adapt("paged_decode_attention", lambda **_: None, returns("out"), name="none")
+    with pytest.raises(ValueError, match=r"adapter 'none': the library returned 0 value\(s\), expected out"):
+        k(**decode_args())
     k = adapt("paged_decode_attention", lambda **_: torch.zeros(3, 3), returns("out"), name="short")
     with pytest.raises(ValueError, match=r"adapter 'short': the library returned out as \(3, 3\)"):
         k(**decode_args())
