@@ -14,7 +14,7 @@ import torch
 
 from harness import goldens
 from harness.adapters import (
-    Adapted, AdapterCall, adapt, block_table_from_flashinfer, cache_layout, const, drop, expand_layers,
+    AdapterCall, adapt, block_table_from_flashinfer, cache_layout, const, drop, expand_layers,
     fia_pages, flashinfer_from_block_table, flashinfer_pages, per_layer, rename, returns,
 )
 from harness.classify.matching import classify_exception
@@ -22,7 +22,6 @@ from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.errors import UsageError
 from harness.ops import OPS
 from harness.outcomes import Outcome
-from harness.registry import BUILTINS
 from harness.worker import checks
 from harness.worker.inputs import generate
 from harness.worker.launch import launch
