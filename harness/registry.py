@@ -22,6 +22,12 @@ def _table(module: str, ops) -> dict[str, str]:
 BUILTINS: dict[str, dict[str, str]] = {
     "reference": _table("harness.kernels.reference", ALL_OPS),
     "triton": _table("harness.kernels.triton_kernels", ("rope_kv_write", "paged_decode_attention")),
+    # Written to libraries' public APIs and bound with harness.adapters (docs/adapters.md).
+    "torch-sdpa": _table("harness.kernels.adapted.torch_sdpa", (
+        "rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention", "prefill_attention")),
+    "torch-flex": _table("harness.kernels.adapted.torch_flex", (
+        "paged_decode_attention", "fused_rope_decode_attention", "prefill_attention")),
+    "transformers-qwen3": _table("harness.kernels.adapted.transformers_qwen3", ALL_OPS),
     # Mutants: each reproduces a bug class seen in real fused kernels.
     "unguarded_slot_write": _table("harness.kernels.mutants.unguarded_slot_write", _CACHE_WRITERS),
     "returns_query": _table("harness.kernels.mutants.returns_query", ("fused_rope_decode_attention",)),

@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from harness.adapters import Adapted
 from harness.goldens.cache import GoldenCache
 from harness.worker import checks
 from harness.worker import determinism
@@ -102,6 +103,8 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
     timings = {"inputs_s": t1 - t0, "golden_s": t2 - t1, "launch_s": t3 - t2, "check_s": t4 - t3}
     metrics = {**found.metrics, "timings": timings, "golden_cache_hit": hit,
                "kernel": loader.origin(case.kernel, case.op),
-               **({"determinism": bits} if bits is not None else {})}
+               **({"determinism": bits} if bits is not None else {}),
+               # what an adapted kernel copied, which the buffer checks cannot see (docs/adapters.md)
+               **({"adapter": kernel.last_call.to_metrics()} if isinstance(kernel, Adapted) else {})}
     return CaseReply(case.case_id, time.perf_counter() - t0, outcome=found.outcome, summary=found.summary,
                      report=found.report, metrics=metrics)
