@@ -32,6 +32,10 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
     """Options of every command that runs cases (run, flake, compare, bisect)."""
     p.add_argument("--device", default=None, help="cpu, cuda:N or npu:N (default cpu)")
     p.add_argument("--devices", default=None, help="several devices, one worker each: npu:0-7, cuda:0,cuda:1")
+    p.add_argument("--kernel", default=None, metavar="NAME|pkg.mod[:fn]",
+                   help="run every selected case with this kernel instead of its own (ids unchanged): a builtin, "
+                        "package.module:callable (for every op) or package.module (one function per op, named "
+                        "like the op); cases of ops it lacks are not run")
     p.add_argument("--kernel-path", action="append", default=[], metavar="DIR",
                    help="prepend DIR to the workers' PYTHONPATH (repeatable)")
     p.add_argument("--golden-cache", default=None, metavar="DIR",
