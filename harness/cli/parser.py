@@ -149,6 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "a failing build is a skip (125)")
     p_brun.add_argument("--build-timeout", type=float, default=1800.0, metavar="S")
 
+    p_ops = sub.add_parser("ops", parents=[common],
+                           help="each op's kernel arguments: role, shape, dtype, layout, what it may write and return")
+    p_ops.add_argument("op", nargs="?", default=None, help="one op (default: every op)")
+    p_ops.add_argument("--geometry", default=None, metavar="PRESET[,FIELD=V...]",
+                       help="shapes in numbers for a preset (tiny, qwen3-14b), fields overridden as in a case file "
+                            "(tiny,batch=2); seq_len=N sizes MB, max_pos, N and T for sequences of N tokens")
+    p_ops.add_argument("--markdown", action="store_true", help="the Markdown tables of docs/contracts.md")
+
     p_rep = sub.add_parser("report", parents=[common],
                            help="render a stored run, a --json file or merged shards in any format")
     p_rep.add_argument("source", nargs="?", default=None,
