@@ -51,8 +51,11 @@ def test_kernel_stale_kv_fails_the_ops_it_has_and_leaves_out_the_others(tmp_path
 
 
 def test_a_module_from_the_kernel_path_gives_one_function_per_op(tmp_path, golden_cache_dir):
-    proc, results = _run(tmp_path, golden_cache_dir, "--kernel-path", str(OUTSIDE), "--kernel", "outside.torch_sdpa")
+    markdown = tmp_path / "report.md"
+    proc, results = _run(tmp_path, golden_cache_dir, "--kernel-path", str(OUTSIDE), "--kernel", "outside.torch_sdpa",
+                         "--markdown", str(markdown))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "- **kernel**: outside\\.torch\\_sdpa\n" in markdown.read_text()
     decode_layers = sum(i.startswith("decode-layers[") for i in _listed(tmp_path))
     assert f"kernel outside.torch_sdpa has no decode_layers: {decode_layers} cases not run" in proc.stdout
     assert {(r["outcome"], r["kernel"]) for r in results} == {("PASS", "outside.torch_sdpa")}

@@ -85,3 +85,10 @@ def test_registry_states_know_builtins_and_refuse_bad_names():
 @pytest.mark.parametrize("command", ["run", "flake", "compare", "bisect", "bisect-run"])
 def test_every_executing_command_takes_kernel(command):
     assert build_parser().parse_args([command, "--kernel", "stale_kv"]).kernel == "stale_kv"
+
+
+def test_every_report_header_names_the_kernels_the_results_ran():
+    from harness.reports.document import provenance_items
+    doc = {"results": [{"kernel": "outside.torch_sdpa"}, {"kernel": "reference"}, {"kernel": "outside.torch_sdpa"}]}
+    assert ("kernel", "outside.torch_sdpa, reference") in provenance_items(doc)
+    assert not [k for k, _ in provenance_items({"results": []}) if k == "kernel"]
