@@ -102,3 +102,31 @@ def test_pytest_harness_kernel_replaces_and_deselects(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "kernel stale_kv has no rope_kv_write: 1 case not run" in proc.stdout
     assert "1 failed" in proc.stdout and "1 deselected" in proc.stdout
+
+
+def test_ops_whose_arguments_do_not_bind_run_as_contract_when_others_bind(tmp_path, golden_cache_dir):
+    proc, results = _run(tmp_path, golden_cache_dir, "--kernel-path", str(KERNELS_UNDER_TEST),
+                         "--kernel", "classic_bugs.kernels:off_by_one_page", "-k", "paged-decode or rope-kv-write")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    note = next(line for line in proc.stdout.splitlines() if "does not fit op rope_kv_write" in line)
+    assert note.endswith("will be CONTRACT")
+    assert {r["outcome"] for r in results if r["op"] == "rope_kv_write"} == {"CONTRACT"}
+    assert {r["op"] for r in results} == {"rope_kv_write", "paged_decode_attention"}
+
+
+def test_compare_takes_kernel_from_each_refs_own_code(tmp_path, golden_cache_dir):
+    from gitrepo import make_kernel_repo
+    info = make_kernel_repo(tmp_path / "kpkg", n_commits=3, culprit=2, fail_p=1.0)
+    case = write_case_file(tmp_path, "case.yaml", info.case_yaml.replace(info.kernel, "reference"))
+    out = tmp_path / "compare.json"
+    # kpkg is on no path of the front end's: it imports only in each ref's workers.
+    proc = run_harness("compare", str(case), "--repo", str(info.path), "--ref", f"good={info.shas[0]}",
+                       "--ref", f"bad={info.shas[2]}", "--repeat", "1", "--kernel", info.kernel,
+                       "--env", "PYTHONPATH={worktree}/python:{PYTHONPATH}", "--worktree-cache", str(tmp_path / "wt"),
+                       "--golden-cache", str(golden_cache_dir), "--no-store", "--log-dir", str(tmp_path / "logs"),
+                       "--json", str(out), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (row,) = json.loads(out.read_text())["compare"]
+    assert row["case_id"] == "kpkg-rope" and row["cells"]["good"] == "1/1 PASS"
+    assert "1/1 PASS" not in row["cells"]["bad"]
+    assert {r["kernel"] for r in json.loads(out.read_text())["results"]} == {info.kernel}
