@@ -92,3 +92,23 @@ def test_every_report_header_names_the_kernels_the_results_ran():
     doc = {"results": [{"kernel": "outside.torch_sdpa"}, {"kernel": "reference"}, {"kernel": "outside.torch_sdpa"}]}
     assert ("kernel", "outside.torch_sdpa, reference") in provenance_items(doc)
     assert not [k for k, _ in provenance_items({"results": []}) if k == "kernel"]
+
+
+def test_the_check_tells_absent_ops_missing_callables_bad_signatures_and_failed_imports(tmp_path, monkeypatch):
+    from harness.worker.kernel_check import check
+    pkg = tmp_path / "kc_pkg"
+    pkg.mkdir()
+    (pkg / "ops.py").write_text("def paged_decode_attention(*, query, block_table, seq_lens, scale, k_cache,"
+                                " v_cache, out):\n    return out\n\n"
+                                "def rope_kv_write(q_proj, k_proj):\n    pass\n")
+    (pkg / "broken.py").write_text("raise RuntimeError('no device library')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert check("kc_pkg.ops", "paged_decode_attention") == {"state": "ok", "detail": ""}
+    assert check("kc_pkg.ops", "prefill_attention")["state"] == "absent"
+    assert check("kc_pkg.ops:prefill_attention", "prefill_attention")["state"] == "import"
+    bad = check("kc_pkg.ops", "rope_kv_write")
+    assert bad["state"] == "signature" and "v_proj" in bad["detail"] and "rope_kv_write" in bad["detail"]
+    broken = check("kc_pkg.broken:fn", "decode_layers")
+    assert broken == {"state": "import", "detail": "module kc_pkg.broken does not import: "
+                                                   "RuntimeError: no device library"}
+    assert check("stale_kv", "rope_kv_write")["state"] == "absent"
