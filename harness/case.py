@@ -50,6 +50,21 @@ PRESETS: dict[str, Geometry] = {
 }
 
 
+def shape_sizes(geo: Geometry, *, max_blocks: int | None = None, num_pages: int | None = None,
+                rows: int | None = None) -> dict[str, int]:
+    """The shape symbols of ``harness/ops.py`` in numbers (docs/contracts.md): those of the geometry,
+    and those a case derives from its lengths (``MB``, ``max_pos``; ``N``; ``T``) when given."""
+    sizes = {"B": geo.batch, "Hq": geo.num_heads, "Hkv": geo.num_kv_heads, "D": geo.head_dim, "P": geo.page_size,
+             "H": geo.hidden, "I": geo.intermediate, "V": geo.vocab, "L": geo.num_layers}
+    if max_blocks is not None:
+        sizes.update(MB=max_blocks, max_pos=max_blocks * geo.page_size)
+    if num_pages is not None:
+        sizes["N"] = num_pages
+    if rows is not None:
+        sizes["T"] = rows
+    return sizes
+
+
 @dataclass(frozen=True)
 class SeqLens:
     """``const(n)`` | ``uniform(lo, hi)`` (inclusive) | an explicit list | ``multi_block``."""
@@ -166,6 +181,10 @@ class Case:
         if self.geometry.num_pages is not None:
             return self.geometry.num_pages
         return self.geometry.batch * self.max_blocks
+
+    def sizes(self, rows: int) -> dict[str, int]:
+        """Every shape symbol in numbers; ``rows``: the rows one launch writes (``T`` of prefill)."""
+        return shape_sizes(self.geometry, max_blocks=self.max_blocks, num_pages=self.num_pages, rows=rows)
 
     def tolerance_for(self, name: str) -> Tolerance:
         if name in self.tolerance:

@@ -1,8 +1,9 @@
 """The op contracts in docs/contracts.md as data: the kernel ABI.
 
 Each op lists its kernel arguments by role.  Shapes are written in geometry
-symbols and resolved per case by ``inputs.py``; nothing here imports torch, so
-the front end can validate case files without it.
+symbols (``Hq*D`` a product, ``B+1`` a sum) and resolved with the sizes of
+``harness.case.shape_sizes``; nothing here imports torch, so the front end can
+validate case files and print the contracts without it.
 
 Roles:
   input    read-only, generated from the seed
@@ -12,6 +13,8 @@ Roles:
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -52,6 +55,28 @@ class OpSpec:
             if a.name == name:
                 return a
         raise KeyError(name)
+
+
+def resolve_dim(sym: str, sizes: Mapping[str, int]) -> int | None:
+    """One shape symbol in numbers; None when ``sizes`` lacks a symbol it needs. Nothing is evaluated."""
+    if "*" in sym:
+        factors = [sizes.get(s) for s in sym.split("*")]
+        return None if None in factors else math.prod(factors)
+    if "+" in sym:
+        name, extra = sym.split("+")
+        return None if name not in sizes else sizes[name] + int(extra)
+    if sym.isdigit():
+        return int(sym)
+    return sizes.get(sym)
+
+
+def resolve_shape(shape: tuple[str, ...], sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """A shape in numbers; KeyError naming the first symbol ``sizes`` cannot resolve."""
+    dims = tuple(resolve_dim(sym, sizes) for sym in shape)
+    for sym, dim in zip(shape, dims):
+        if dim is None:
+            raise KeyError(sym)
+    return dims
 
 
 def _in(name, shape, dtype="float32"):

@@ -25,6 +25,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--device", default=None, help="device for case files: cpu, cuda:N, npu:N (default cpu)")
     group.addoption("--devices", default=None,
                     help="devices for xdist workers (worker gwN gets the N-th): npu:0-7, cuda:0,cuda:1")
+    group.addoption("--harness-kernel", default=None, metavar="NAME|pkg.mod[:fn]",
+                    help="run every case with this kernel instead of its own (as harness run --kernel): a builtin, "
+                         "package.module:callable or package.module; cases of ops it lacks are deselected")
     group.addoption("--kernel-path", action="append", default=[], metavar="DIR",
                     help="prepend DIR to the device workers' PYTHONPATH")
     group.addoption("--golden-cache", default=None, metavar="DIR", help="golden cache directory")
@@ -128,18 +131,47 @@ class CaseItem(pytest.Item):
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     expr = config.getoption("--case-k")
-    if not expr:
-        return
-    from harness.casefiles import ExpressionError, compile_expression
-    try:
-        matches = compile_expression(expr)
-    except ExpressionError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    keep = [i for i in items if not isinstance(i, CaseItem) or matches(i.case.case_id)]
+    if expr:
+        from harness.casefiles import ExpressionError, compile_expression
+        try:
+            matches = compile_expression(expr)
+        except ExpressionError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        _deselect(config, items, [i for i in items if not isinstance(i, CaseItem) or matches(i.case.case_id)])
+    if config.getoption("--harness-kernel"):
+        _with_kernel(config, items)
+
+
+def _deselect(config: pytest.Config, items: list, keep: list) -> None:
     dropped = [i for i in items if i not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+def _with_kernel(config: pytest.Config, items: list) -> None:
+    """``--harness-kernel``: every case item runs that kernel (``options.with_kernel``, as the CLI's
+    ``--kernel``); items of ops it lacks are deselected, one line per op says so."""
+    from harness.run import options
+    distinct = list({i.case.case_id: i.case for i in items if isinstance(i, CaseItem)}.values())
+    if not distinct:
+        return
+    kernel = config.getoption("--harness-kernel")
+    try:
+        states = options.kernel_states(kernel, list(dict.fromkeys(c.op for c in distinct)),
+                                       config.getoption("--kernel-path"))
+        chosen = options.with_kernel(distinct, kernel, states)
+    except options.KernelError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    by_id = {c.case_id: c for c in chosen.cases}
+    for item in items:
+        if isinstance(item, CaseItem) and item.case.case_id in by_id:
+            item.case = by_id[item.case.case_id]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for line in (f"kernel: {kernel}", *chosen.notes):
+        if reporter is not None:
+            reporter.write_line(line)
+    _deselect(config, items, [i for i in items if not isinstance(i, CaseItem) or i.case.case_id in by_id])
 
 
 def _device_for_worker(config: pytest.Config):

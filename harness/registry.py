@@ -3,7 +3,8 @@
 A registry of import paths, pure data: the front end validates kernel names
 without importing torch; the device worker imports the callable.
 A case names a builtin here, or any ``package.module:callable`` on the
-worker's PYTHONPATH.
+worker's PYTHONPATH.  ``--kernel`` also takes a module, ``package.module``,
+that holds one function per op, named like the op.
 """
 from __future__ import annotations
 
@@ -47,13 +48,29 @@ BUILTINS: dict[str, dict[str, str]] = {
 
 def is_import_path(kernel: str) -> bool:
     module, sep, attr = kernel.partition(":")
-    return bool(sep) and all(part.isidentifier() for part in module.split(".")) and attr.isidentifier()
+    return bool(sep) and is_module_path(module) and attr.isidentifier()
+
+
+def is_module_path(kernel: str) -> bool:
+    """``package.module``: a kernel module with one function per op, named like the op."""
+    return all(part.isidentifier() for part in kernel.split("."))
+
+
+def is_kernel_name(kernel: str) -> bool:
+    """What ``--kernel`` takes: a builtin name, ``package.module:callable`` or ``package.module``."""
+    return kernel in BUILTINS or is_import_path(kernel) or is_module_path(kernel)
 
 
 def target(kernel: str, op: str) -> str:
-    """The ``module:callable`` to import for ``kernel`` on ``op``; KeyError if it has none."""
+    """The ``module:callable`` to import for ``kernel`` on ``op``; KeyError if it has none.
+
+    A builtin maps each op it implements; ``module:callable`` is that callable for
+    every op; a module (``--kernel`` only) gives its function named like the op.
+    """
     if kernel in BUILTINS:
         return BUILTINS[kernel][op]
     if is_import_path(kernel):
         return kernel
+    if is_module_path(kernel):
+        return f"{kernel}:{op}"
     raise KeyError(kernel)

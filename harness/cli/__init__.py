@@ -1,4 +1,4 @@
-"""The command line: ``harness list|run|flake|compare|bisect|bisect-run|report|history``.
+"""The command line: ``harness list|run|flake|compare|bisect|bisect-run|ops|report|history``.
 
 The commands parse flags (``parser``), call the harness and print; ``main`` maps
 errors to exit codes (README): ``UsageError`` is 2 with its one line, any other
@@ -14,6 +14,7 @@ from harness.cli.bisect import GIT_BAD, GIT_GOOD, GIT_SKIP, cmd_bisect, cmd_bise
 from harness.cli.common import EXIT_INTERNAL, EXIT_USAGE
 from harness.cli.compare import cmd_compare
 from harness.cli.flake import cmd_flake
+from harness.cli.ops import cmd_ops
 from harness.cli.parser import build_parser
 from harness.cli.runs import cmd_list, cmd_run
 from harness.cli.stored import cmd_history, cmd_report
@@ -22,7 +23,7 @@ from harness.errors import HarnessError, UsageError
 __all__ = ["main"]
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "flake": cmd_flake, "compare": cmd_compare, "bisect": cmd_bisect,
-            "bisect-run": cmd_bisect_run, "report": cmd_report, "history": cmd_history}
+            "bisect-run": cmd_bisect_run, "ops": cmd_ops, "report": cmd_report, "history": cmd_history}
 
 
 def main(argv: list[str] | None = None) -> int:

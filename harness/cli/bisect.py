@@ -10,8 +10,8 @@ from pathlib import Path
 from harness.bisect import session as bisect
 from harness.bisect.driver import CLEAN, SIGHTED, Signature, observe
 from harness.bisect.search import Conclusion
-from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, load_cases, open_store, outputs,
-                                publisher, ref_setup, session_golden_cache)
+from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, load_cases, no_kernel_on_resume,
+                                open_store, outputs, publisher, ref_setup, session_golden_cache)
 from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.flake import hunt as flake
@@ -36,6 +36,7 @@ def cmd_bisect(args) -> int:
         raise UsageError(f"--confidence must be in (0, 1), got {args.confidence}")
     if args.good_runs < 0:
         raise UsageError(f"--good-runs must be >= 0, got {args.good_runs}")
+    no_kernel_on_resume(args)
     if args.resume:
         if args.no_store:
             raise UsageError("--resume needs the store the bisect was recorded in (drop --no-store)")
@@ -61,8 +62,8 @@ def _bisect(args, signature: Signature | None, store: Store) -> int:
     else:
         plan = bisect.BisectPlan(setup=ref_setup(args), devices=tuple(str(d) for d in devices(args)),
                                  tier=args.tier, kernel_paths=kernel_paths(args.kernel_path),
-                                 golden_dtype=args.golden_dtype, cases=tuple(load_cases(args)), good=args.good,
-                                 bad=args.bad, first_parent=args.first_parent)
+                                 golden_dtype=args.golden_dtype, cases=tuple(load_cases(args, import_kernel=False)),
+                                 good=args.good, bad=args.bad, first_parent=args.first_parent)
     with session_golden_cache(args) as golden_cache:
         options = engine_options(args, [parse_device(d) for d in plan.devices], golden_cache=golden_cache,
                                  kernel_paths=plan.kernel_paths, golden_dtype=plan.golden_dtype, tier=plan.tier)

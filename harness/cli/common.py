@@ -24,7 +24,9 @@ from harness.store import MemoryStore, Store
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
-def load_cases(args) -> list[Case]:
+def load_cases(args, *, import_kernel: bool = True) -> list[Case]:
+    """The selected cases; under ``--kernel``, run by that kernel (``import_kernel``: check it
+    imports and binds first; compare and bisect do not, each ref has its own code)."""
     cases = load_paths(args.paths)
     if args.tier in ("ci", "device"):
         cases = [c for c in cases if c.tier == args.tier]
@@ -35,7 +37,25 @@ def load_cases(args) -> list[Case]:
         raise UsageError(f"no cases{what} in {', '.join(args.paths)}")
     if getattr(args, "seed", None) is not None:
         cases = [c.with_seed(args.seed) for c in cases]
+    if getattr(args, "kernel", None):
+        cases = _with_kernel(args, cases, import_kernel)
     return cases
+
+
+def _with_kernel(args, cases: list[Case], import_kernel: bool) -> list[Case]:
+    ops = list(dict.fromkeys(c.op for c in cases))
+    states = (options.kernel_states(args.kernel, ops, args.kernel_path) if import_kernel
+              else options.registry_states(args.kernel, ops))
+    chosen = options.with_kernel(cases, args.kernel, states)
+    print(f"kernel: {chosen.kernel}", flush=True)
+    for note in chosen.notes:
+        print(note, flush=True)
+    return list(chosen.cases)
+
+
+def no_kernel_on_resume(args) -> None:
+    if args.resume and args.kernel:
+        raise UsageError("--kernel does not apply to --resume (a resumed run keeps the kernels it was planned with)")
 
 
 def store_path(args) -> str:

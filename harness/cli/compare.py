@@ -25,7 +25,7 @@ def cmd_compare(args) -> int:
 
 
 def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
-    cases = load_cases(args)
+    cases = load_cases(args, import_kernel=False)
     ref_devices = devices(args)
     with session_golden_cache(args) as golden_cache, \
             RefRunner(ref_setup(args), engine_options(args, ref_devices, golden_cache=golden_cache), store) as runner:

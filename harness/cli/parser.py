@@ -32,6 +32,10 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
     """Options of every command that runs cases (run, flake, compare, bisect)."""
     p.add_argument("--device", default=None, help="cpu, cuda:N or npu:N (default cpu)")
     p.add_argument("--devices", default=None, help="several devices, one worker each: npu:0-7, cuda:0,cuda:1")
+    p.add_argument("--kernel", default=None, metavar="NAME|pkg.mod[:fn]",
+                   help="run every selected case with this kernel instead of its own (ids unchanged): a builtin, "
+                        "package.module:callable (for every op) or package.module (one function per op, named "
+                        "like the op); cases of ops it lacks are not run")
     p.add_argument("--kernel-path", action="append", default=[], metavar="DIR",
                    help="prepend DIR to the workers' PYTHONPATH (repeatable)")
     p.add_argument("--golden-cache", default=None, metavar="DIR",
@@ -144,6 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
     p_brun.add_argument("--build", default=None, metavar="CMD", help="run first in the current directory; "
                         "a failing build is a skip (125)")
     p_brun.add_argument("--build-timeout", type=float, default=1800.0, metavar="S")
+
+    p_ops = sub.add_parser("ops", parents=[common],
+                           help="each op's kernel arguments: role, shape, dtype, layout, what it may write and return")
+    p_ops.add_argument("op", nargs="?", default=None, help="one op (default: every op)")
+    p_ops.add_argument("--geometry", default=None, metavar="PRESET[,FIELD=V...]",
+                       help="shapes in numbers for a preset (tiny, qwen3-14b), fields overridden as in a case file "
+                            "(tiny,batch=2); seq_len=N sizes MB, max_pos, N and T for sequences of N tokens")
+    p_ops.add_argument("--markdown", action="store_true", help="the Markdown tables of docs/contracts.md")
 
     p_rep = sub.add_parser("report", parents=[common],
                            help="render a stored run, a --json file or merged shards in any format")

@@ -4,8 +4,8 @@ from __future__ import annotations
 import sys
 
 from harness.case import Case
-from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, engine_options, load_cases, note_outputs,
-                                open_store, plain, publisher)
+from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, engine_options, load_cases,
+                                no_kernel_on_resume, note_outputs, open_store, plain, publisher)
 from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.outcomes import Outcome
@@ -27,6 +27,7 @@ def cmd_list(args) -> int:
 
 def cmd_run(args) -> int:
     devices(args)    # --device and --devices together: exit 2 before the store is touched
+    no_kernel_on_resume(args)
     with open_store(args) as store:
         return _run(args, store)
 

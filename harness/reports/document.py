@@ -115,13 +115,18 @@ def ref_text(ref: Mapping[str, Any]) -> str:
 def provenance_items(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Where and on what a document's results were produced, as (key, text) pairs.
 
-    Devices with what their workers reported (torch, torch-npu, CANN, CUDA),
-    host, harness version and revision, refs, the relevant environment
+    The kernels the results ran, devices with what their workers reported (torch,
+    torch-npu, CANN, CUDA), host, harness version and revision, refs, the relevant environment
     (``PTO2_*``, ``ASCEND_*``, ...), kernel paths, command, times, shards.
     """
     items: list[tuple[str, str]] = [("kind", kind_of(doc))]
     if doc.get("run_id"):
         items.append(("run", str(doc["run_id"])))
+    # Which kernel ran: the cases' own, or the one --kernel put in every case.
+    kernels = dict.fromkeys(r.get("kernel") for r in doc.get("results", [])
+                            if isinstance(r, Mapping) and r.get("kernel"))
+    if kernels:
+        items.append(("kernel", ", ".join(map(str, kernels))))
     prov = doc.get("provenance") if isinstance(doc.get("provenance"), Mapping) else {}
     run = prov.get("run") if isinstance(prov.get("run"), Mapping) else {}
     devices = prov.get("devices") if isinstance(prov.get("devices"), Mapping) else {}

@@ -3,21 +3,30 @@
 A front end turns its own flags into ``Settings`` (values as given, ``None`` where
 unset); ``run_options`` applies the environment and the defaults, in that order
 of precedence: flag, then environment (``$HARNESS_GOLDEN_CACHE``, ``$HARNESS_STORE``),
-then the built-in default.
+then the built-in default.  ``--kernel`` is applied to the loaded cases here too:
+``kernel_states`` checks the kernel in a short-lived interpreter, ``with_kernel``
+replaces every case's kernel.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness.case import Case
+from harness.casefiles.located import did_you_mean
 from harness.classify import default_rules
 from harness.devices import Device
+from harness.errors import UsageError
+from harness.registry import BUILTINS, is_kernel_name
 from harness.run.engine import RunOptions
-from harness.run.pool import WorkerOptions
+from harness.run.pool import WorkerOptions, worker_env
 from harness.store import DEFAULT_STORE
 
 
@@ -94,3 +103,99 @@ class ResumeOptions:
         """What ``data`` holds, ``default`` (today's flags) for what it lacks (an older run)."""
         return cls(kernel_paths=tuple(data.get("kernel_paths") or default.kernel_paths),
                    golden_dtype=data.get("golden_dtype", default.golden_dtype), tier=data.get("tier", default.tier))
+
+
+# -- --kernel -------------------------------------------------------------------
+
+KERNEL_CHECK_TIMEOUT_S = 300.0   # an import may compile extensions (Triton, CANN ops)
+
+
+class KernelError(UsageError):
+    """A ``--kernel`` that cannot run any selected case: exit 2 before any case runs."""
+
+
+@dataclass(frozen=True)
+class KernelState:
+    """What ``harness.worker.kernel_check`` found for one op of a kernel."""
+
+    state: str          # ok | absent | import | signature
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """The cases ``--kernel`` runs, and one line per op it leaves out."""
+
+    kernel: str
+    cases: tuple[Case, ...]
+    notes: tuple[str, ...]
+
+
+def check_kernel_name(kernel: str) -> None:
+    if not is_kernel_name(kernel):
+        raise KernelError(f"--kernel {kernel!r}: not a builtin{did_you_mean(kernel, BUILTINS)} "
+                          f"(builtins: {', '.join(BUILTINS)}) nor package.module[:callable]")
+
+
+def kernel_states(kernel: str, ops: Sequence[str], paths: Sequence[str] = (),
+                  base_env: Mapping[str, str] | None = None) -> dict[str, KernelState]:
+    """Import ``kernel`` for each op and bind the op's arguments, in a fresh interpreter with the
+    workers' PYTHONPATH (``paths`` = ``--kernel-path``): the code under test never loads here."""
+    check_kernel_name(kernel)
+    options = WorkerOptions(log_dir=Path("."), kernel_paths=kernel_paths(paths),
+                            **({"base_env": dict(base_env)} if base_env is not None else {}))
+    command = [sys.executable, "-m", "harness.worker.kernel_check", kernel, *ops]
+    try:
+        done = subprocess.run(command, env=worker_env(options, {}), capture_output=True, text=True,
+                              timeout=KERNEL_CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise KernelError(f"--kernel {kernel}: importing it took over {KERNEL_CHECK_TIMEOUT_S:g} s") from None
+    lines = done.stdout.strip().splitlines()
+    try:
+        found = json.loads(lines[-1]) if done.returncode == 0 and lines else None
+    except json.JSONDecodeError:
+        found = None
+    if not isinstance(found, dict):     # the import killed the interpreter (a signal, os._exit)
+        tail = " ".join(done.stderr.split()[-30:])
+        raise KernelError(f"--kernel {kernel}: importing it ended the interpreter (exit {done.returncode}): {tail}")
+    return {op: KernelState(**found[op]) for op in ops}
+
+
+def registry_states(kernel: str, ops: Sequence[str]) -> dict[str, KernelState]:
+    """What can be known without importing: the ops a builtin lacks (compare and bisect, where
+    the kernel's code is each ref's and a failed import is that ref's ``BUILD_ERROR``)."""
+    check_kernel_name(kernel)
+    return {op: KernelState("absent" if kernel in BUILTINS and op not in BUILTINS[kernel] else "ok")
+            for op in ops}
+
+
+def with_kernel(cases: Sequence[Case], kernel: str, states: Mapping[str, KernelState]) -> KernelChoice:
+    """Every case run by ``kernel`` instead of its own, ids unchanged; cases of ops the kernel
+    lacks left out (one note per op).  A kernel that does not import, or that no selected case
+    can run (no op, or no op whose arguments bind): ``KernelError``.  Ops whose arguments do
+    not bind while others do run, and come out ``CONTRACT``."""
+    ops = list(dict.fromkeys(c.op for c in cases))
+    for op in ops:
+        if states[op].state == "import":
+            hint = did_you_mean(kernel, BUILTINS) if ":" not in kernel and "." not in kernel else ""
+            raise KernelError(f"--kernel {kernel}: {_one_line(states[op].detail)}{hint}")
+    present = [op for op in ops if states[op].state != "absent"]
+    if not present:
+        raise KernelError(f"--kernel {kernel} has none of the ops of the selected cases: {', '.join(ops)}")
+    if all(states[op].state == "signature" for op in present):
+        raise KernelError(f"--kernel {kernel}: {_one_line(states[present[0]].detail)}")
+    notes = []
+    for op in ops:
+        count = sum(c.op == op for c in cases)
+        if states[op].state == "absent":
+            notes.append(f"kernel {kernel} has no {op}: {count} case{'s' * (count != 1)} not run")
+        elif states[op].state == "signature":
+            notes.append(f"kernel {kernel}: {_one_line(states[op].detail)}: {count} case{'s' * (count != 1)} "
+                         f"will be CONTRACT")
+    chosen = tuple(replace(c, kernel=kernel, params={**c.params, "kernel": kernel} if "kernel" in c.params
+                           else c.params) for c in cases if c.op in present)
+    return KernelChoice(kernel, chosen, tuple(notes))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from harness.case import Case
-from harness.ops import OPS, OpSpec
+from harness.ops import OPS, OpSpec, resolve_shape
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int32": torch.int32}
 _CANARY_PERIOD = 4093  # prime, so the pattern never lines up with rows or pages
@@ -58,27 +58,11 @@ def input_spec(case: Case) -> dict[str, Any]:
     }
 
 
-def resolve_shape(shape: tuple[str, ...], sizes: dict[str, int]) -> tuple[int, ...]:
-    """Geometry symbols to numbers: ``Hq*D`` is a product, ``B+1`` a sum; nothing is evaluated."""
-    dims = []
-    for sym in shape:
-        if "*" in sym:
-            dims.append(math.prod(sizes[s] for s in sym.split("*")))
-        elif "+" in sym:
-            name, extra = sym.split("+")
-            dims.append(sizes[name] + int(extra))
-        elif sym.isdigit():
-            dims.append(int(sym))
-        else:
-            dims.append(sizes[sym])
-    return tuple(dims)
-
-
 def generate(case: Case) -> CaseInputs:
     g = torch.Generator().manual_seed(case.seed)
     geo = case.geometry
     op = OPS[case.op]
-    B, P, MB, N = geo.batch, geo.page_size, case.max_blocks, case.num_pages
+    B, P = geo.batch, geo.page_size
     seq_lens = _seq_lens(case, g)
     block_table = _block_table(case, seq_lens, g)
 
@@ -93,12 +77,7 @@ def generate(case: Case) -> CaseInputs:
         positions = torch.tensor(seq_lens, dtype=torch.int64) - 1
         # paged_decode_attention reads every position from the cache, the others write the last one
         filled = seq_lens if case.op == "paged_decode_attention" else [s - 1 for s in seq_lens]
-    rows = len(positions)
-    sizes = {
-        "B": B, "Hq": geo.num_heads, "Hkv": geo.num_kv_heads, "D": geo.head_dim, "P": P,
-        "N": N, "MB": MB, "T": rows, "H": geo.hidden, "I": geo.intermediate, "V": geo.vocab,
-        "L": geo.num_layers, "max_pos": case.max_pos,
-    }
+    sizes = case.sizes(rows=len(positions))
     pages = block_table[row_seq, positions // P].to(torch.int64)
     slots = _slots(case, pages * P + positions % P, g)
 

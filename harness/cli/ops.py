@@ -1,0 +1,62 @@
+"""``harness ops``: each op's kernel arguments (the contract tables of docs/contracts.md)."""
+from __future__ import annotations
+
+import dataclasses
+
+from harness.abi import contract_rows, markdown_table, text_table
+from harness.case import GEOMETRY_FIELDS, PRESETS, Case, Geometry, SeqLens, SlotMode, shape_sizes
+from harness.casefiles.located import did_you_mean
+from harness.cli.common import EXIT_OK
+from harness.errors import UsageError
+from harness.ops import OPS
+
+# Not a Geometry field: every sequence this long, which sizes MB, max_pos, N and T.
+SEQ_LEN = "seq_len"
+
+
+def cmd_ops(args) -> int:
+    if args.op is not None and args.op not in OPS:
+        raise UsageError(f"unknown op '{args.op}'{did_you_mean(args.op, OPS)} (ops: {', '.join(OPS)})")
+    sizes = parse_geometry(args.geometry) if args.geometry else None
+    for i, op in enumerate([args.op] if args.op else OPS):
+        rows = contract_rows(op, sizes)
+        if args.markdown:
+            print(*([""] if i else []), f"### `{op}`", "", *markdown_table(rows), sep="\n")
+        else:
+            print(*([""] if i else []), op, *text_table(rows), sep="\n")
+    if sizes is not None and "T" not in sizes:
+        print(f"\nMB, max_pos, N and T depend on the case's sequence lengths: add {SEQ_LEN}=N to size them "
+              f"for sequences of N tokens (one chunk)")
+    return EXIT_OK
+
+
+def parse_geometry(text: str) -> dict[str, int]:
+    """``PRESET[,field=value...][,seq_len=N]`` → the shape sizes ``harness/worker/inputs.py`` would use."""
+    name, *overrides = [part.strip() for part in text.split(",")]
+    if name not in PRESETS:
+        raise UsageError(f"--geometry: unknown geometry '{name}'{did_you_mean(name, PRESETS)} "
+                         f"(presets: {', '.join(PRESETS)})")
+    fields = {f.name: f.type for f in dataclasses.fields(Geometry)}
+    values: dict[str, float | int] = {}
+    for part in overrides:
+        key, sep, raw = part.partition("=")
+        valid = (*GEOMETRY_FIELDS, SEQ_LEN)
+        if not sep or key not in valid:
+            raise UsageError(f"--geometry: '{part}' is not FIELD=VALUE with a field of {', '.join(valid)}"
+                             f"{did_you_mean(key, valid)}")
+        number = float if fields.get(key) == "float" else int
+        try:
+            values[key] = number(raw)
+        except ValueError:
+            raise UsageError(f"--geometry: {key} takes {'a number' if number is float else 'a whole number'}, "
+                             f"got {raw!r}") from None
+        if values[key] <= 0:
+            raise UsageError(f"--geometry: {key} must be positive, got {raw}")
+    seq_len = values.pop(SEQ_LEN, None)
+    geo = dataclasses.replace(PRESETS[name], **values)
+    if seq_len is None:
+        return shape_sizes(geo, num_pages=geo.num_pages)
+    # The sizes of a case whose every sequence is seq_len tokens, prefilled in one chunk.
+    case = Case(case_id="", matrix="", source="", op="", kernel="", geometry=geo,
+                seq_lens=SeqLens("const", (int(seq_len),)), slot_mode=SlotMode("arange"), seed=0)
+    return case.sizes(rows=geo.batch * int(seq_len))
