@@ -164,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_rep.add_argument("--merge", nargs="+", default=None, metavar="SOURCE",
                        help="merge shard outputs (--json files, stores, or STORE::RUN_ID) into one report")
     p_rep.add_argument("--force", action="store_true",
-                       help="merge sources from different matrices or harness versions anyway (warnings say what)")
+                       help="merge sources that do not belong together anyway (other matrices, harness versions or "
+                            "splits, overlapping or gapped shard plans; warnings say what)")
     _add_store(p_rep)
     _add_outputs(p_rep)
 

@@ -413,11 +413,7 @@ def merge(sources: Iterable[str | Path], *, force: bool = False, command: list[s
     if not runs:
         raise MergeError("nothing to merge: no sources given")
     warnings: list[str] = [note for s in runs for note in s.notes]
-    for a, b, what in _differences(runs):
-        if not force:
-            raise MergeError(f"cannot merge {a.label} and {b.label}: {what}; {FORCE_HINT}")
-        warnings.append(f"{a.label} and {b.label}: {what} (merged with --force)")
-    for a, b, what in _plan_conflicts(runs):
+    for a, b, what in _differences(runs) + _plan_conflicts(runs):
         if not force:
             raise MergeError(f"cannot merge {a.label} and {b.label}: {what}; {FORCE_HINT}")
         warnings.append(f"{a.label} and {b.label}: {what} (merged with --force)")
