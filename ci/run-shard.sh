@@ -14,7 +14,9 @@
 #   HARNESS_REPORTS   output directory (default reports)
 #   HARNESS_VENV      virtualenv to create or reuse (default .venv)
 #   HARNESS_EXTRAS    pip extras of the harness (default npu: torch-npu; cuda: triton)
-#   HARNESS_RUN_ARGS  more `harness run` arguments, split on spaces (e.g. "--tier all")
+#   HARNESS_RUN_ARGS  more `harness run` arguments, split on spaces (e.g. "--tier all"; to
+#                     balance by time, "--shard-durations FILE" with the same FILE on every
+#                     shard: the shard's own store is never read for the split)
 #   CANN_SET_ENV      CANN's environment script (default
 #                     /usr/local/Ascend/ascend-toolkit/set_env.sh), sourced when present
 #   PYTHON            interpreter for the virtualenv (default python3)

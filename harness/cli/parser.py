@@ -74,9 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--shard", default=None, metavar="I/N",
                        help="run only shard I of N (1-based; deterministic: every host computes the same split)")
     p_run.add_argument("--shard-durations", default=None, metavar="SOURCE",
-                       help="balance shards by the durations in SOURCE (a --json report or a store); default: "
-                            "the store's recorded durations, by count when it has none. Give every shard the "
-                            "same SOURCE, or they split differently (report --merge notices)")
+                       help="balance shards by the durations in SOURCE (a --json report or a store, not "
+                            "this run's own); default: by count, never by the store's durations. Give every "
+                            "shard the same SOURCE, or they split differently (report --merge notices)")
     p_run.add_argument("--resume", default=None, metavar="RUN_ID",
                        help="run only the cases RUN_ID planned and has no result for (cases, kernel paths, "
                             "golden dtype and tier come from that run)")
@@ -164,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_rep.add_argument("--merge", nargs="+", default=None, metavar="SOURCE",
                        help="merge shard outputs (--json files, stores, or STORE::RUN_ID) into one report")
     p_rep.add_argument("--force", action="store_true",
-                       help="merge sources from different matrices or harness versions anyway (warnings say what)")
+                       help="merge sources that do not belong together anyway (other matrices, harness versions or "
+                            "splits, overlapping or gapped shard plans; warnings say what)")
     _add_store(p_rep)
     _add_outputs(p_rep)
 

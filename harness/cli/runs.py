@@ -1,11 +1,13 @@
 """``harness list`` and ``harness run`` (with ``--shard`` and ``--resume``)."""
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 from harness.case import Case
 from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, engine_options, load_cases,
-                                no_kernel_on_resume, note_outputs, open_store, plain, publisher)
+                                no_kernel_on_resume, note_outputs, open_store, plain, publisher, store_path)
 from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.outcomes import Outcome
@@ -14,8 +16,8 @@ from harness.run.engine import Planned
 from harness.run.options import ResumeOptions
 from harness.run.options import kernel_paths as resolved_kernel_paths
 from harness.run.session import Addendum, execute, resumed
-from harness.shard.merge import MergeError, load_durations
-from harness.shard.split import parse_shard, select_shard, shard_info
+from harness.shard.merge import MergeError, load_durations, split_source
+from harness.shard.split import parse_shard, select_shard, shard_info, shard_plan
 from harness.store import Store
 
 
@@ -42,7 +44,7 @@ def _run(args, store: Store) -> int:
         planned, shard, resume_options = resume.planned, resume.shard, resume.options
         run_devices = devices(args, default=[parse_device(d) for d in resume.devices])
     else:
-        cases, shard = _shard(args, load_cases(args), store)
+        cases, shard = _shard(args, load_cases(args))
         planned, resume_options = [Planned(i, c) for i, c in enumerate(cases)], flags
         run_devices = devices(args)
     options = engine_options(args, run_devices, kernel_paths=resume_options.kernel_paths,
@@ -65,21 +67,35 @@ def _run(args, store: Store) -> int:
     return EXIT_FAILED if summary["failed"] else EXIT_OK
 
 
-def _shard(args, cases: list[Case], store: Store) -> tuple[list[Case], dict | None]:
-    """This host's part of the matrix under ``--shard I/N`` (the whole list otherwise)."""
+def _shard(args, cases: list[Case]) -> tuple[list[Case], dict | None]:
+    """This host's part of the matrix under ``--shard I/N`` (the whole list otherwise): a function
+    of the case ids, N and ``--shard-durations`` only, never of the store, whose durations
+    change as shards run beside it."""
     if not args.shard:
         return cases, None
     shard = parse_shard(args.shard)
+    durations: dict[str, float] = {}
     if args.shard_durations:
+        _not_the_run_store(args)
         try:
             durations = load_durations(args.shard_durations)
         except MergeError as exc:     # a usage error already; the message gains the flag's name
             raise UsageError(f"--shard-durations: {exc}") from None
-    else:
-        durations = store.durations()
     ids = [c.case_id for c in cases]
     durations = {k: v for k, v in durations.items() if k in set(ids)} or None
     mine = select_shard(cases, shard, key=lambda c: c.case_id, durations=durations)
-    info = shard_info(shard, ids, durations, matrices={c.matrix for c in cases})
+    info = {**shard_info(shard, ids, durations, matrices={c.matrix for c in cases}),
+            **shard_plan(shard, ids, durations)}
     print(f"shard {shard}: {len(mine)} of {len(set(ids))} cases (balanced by {info['balanced_by']})", flush=True)
     return mine, info
+
+
+def _not_the_run_store(args) -> None:
+    """The store this run writes to grows as shards run: as a durations source it would give each
+    shard another split."""
+    if args.no_store:
+        return
+    source, own = Path(split_source(args.shard_durations)[0]), Path(store_path(args))
+    if source.resolve() == own.resolve() or (source.exists() and own.exists() and os.path.samefile(source, own)):
+        raise UsageError(f"--shard-durations {args.shard_durations}: is the store this run records into, which "
+                         "changes as shards run; pass a copy or a --json report made before the shards")

@@ -11,7 +11,8 @@ The merged document has the ``--json`` format (docs/json-schema.md) with
 ``kind: "merge"``, a ``shards`` list (one entry per source run), ``missing_shards``
 and ``warnings``; see docs/sharding.md.  Sources that do not belong together
 (different harness versions, matrices, case lists, shard counts or durations,
-the same shard twice, the same result twice) are refused with a one-line
+the same shard twice, a case two shards planned or, with every shard given, a
+case none planned, the same result twice) are refused with a one-line
 ``MergeError`` naming two of them, unless ``force``: then they are merged and
 each difference becomes a ``warnings`` entry.
 """
@@ -273,6 +274,44 @@ def _differences(sources: list[Source]) -> list[tuple[Source, Source, str]]:
     return out
 
 
+def _ids(value: Any) -> list[str] | None:
+    return [str(x) for x in value] if isinstance(value, list) else None
+
+
+def _plan_conflicts(sources: list[Source]) -> list[tuple[Source, Source, str]]:
+    """``(a, b, what)`` for a case two shards of one split both planned (an overlap) and, when
+    every shard of the split is given, a case of it that none planned (a gap).  Only shards
+    that recorded their plan (``shard.planned``, ``shard.split_cases``) are checked."""
+    out = []
+    groups: dict[tuple, list[Source]] = {}
+    for s in sources:
+        if s.shard and _ids(s.shard.get("planned")) is not None:
+            groups.setdefault((s.shard.get("fingerprint"), s.shard.get("total")), []).append(s)
+    for (_, total), group in groups.items():
+        planner: dict[str, Source] = {}
+        for s in group:
+            for case_id in _ids(s.shard["planned"]):
+                other = planner.setdefault(case_id, s)
+                if other is not s and other.shard_name != s.shard_name:
+                    out.append((other, s, f"case {case_id} is planned by both shards {other.shard_name} and "
+                                          f"{s.shard_name} (overlapping splits)"))
+                    break
+        whole = next((_ids(s.shard.get("split_cases")) for s in group
+                      if _ids(s.shard.get("split_cases")) is not None), None)
+        if whole is None or {s.shard.get("index") for s in group} != set(range(1, _int(total) + 1)):
+            continue
+        gap = next((case_id for case_id in whole if case_id not in planner), None)
+        if gap is not None:
+            names = _and([s.shard_name for s in group])
+            out.append((group[0], group[-1], f"case {gap} of the split is planned by none of shards {names} "
+                                             "(a gap in the splits)"))
+    return out
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _duplicates(sources: list[Source]) -> tuple[dict[tuple, Source], list[tuple[Source, Source, int, tuple]]]:
     """Who keeps each ``(case_id, repeat)``: the later source when two have it.  Also
     ``(loser, winner, count, first key)`` per pair of sources that share results."""
@@ -374,7 +413,7 @@ def merge(sources: Iterable[str | Path], *, force: bool = False, command: list[s
     if not runs:
         raise MergeError("nothing to merge: no sources given")
     warnings: list[str] = [note for s in runs for note in s.notes]
-    for a, b, what in _differences(runs):
+    for a, b, what in _differences(runs) + _plan_conflicts(runs):
         if not force:
             raise MergeError(f"cannot merge {a.label} and {b.label}: {what}; {FORCE_HINT}")
         warnings.append(f"{a.label} and {b.label}: {what} (merged with --force)")

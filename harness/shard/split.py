@@ -2,25 +2,28 @@
 
 Every host expands the same case files into the same case ids and must pick its
 part without talking to the others, so the split is a pure function of the
-case ids, the shard count and (optionally) the recorded case durations:
+case ids, the shard count and (optionally) the durations of an explicit
+``--shard-durations`` file: never of a results store or any other local state,
+which changes as shards run on one host (three shards run one after another
+beside one store would otherwise each split differently):
 
 - The unit is the case id: the repeats of one case (flake runs) stay on one shard.
 - Ids are deduplicated and sorted first, so the input order does not matter and no
   hash of a string is used (Python salts ``hash(str)`` per process).
-- **By count** (no durations known for these cases): round-robin over the sorted ids,
+- **By count** (no durations given for these cases): round-robin over the sorted ids,
   shard ``i`` takes ids ``i-1, i-1+N, i-1+2N, ...``.  Shard sizes differ by at most
   one; neighbouring ids (the same matrix with one parameter changed, often a similar
   cost) land on different shards.
-- **By durations** (at least one of these cases has a recorded duration): greedy
+- **By durations** (at least one of these cases has a given duration): greedy
   longest-processing-time first.  Cases in decreasing duration (ties: by id) go one by
   one onto the least-loaded shard (ties: the lowest index).  A case with no recorded
   duration counts as the median of the known ones.  The largest shard load is at most
   ``total / N + longest case`` and at most ``4/3 - 1/(3N)`` times the best split.
 
-The same durations must reach every host: a split computed from one host's local store
-and another's differs, and cases would be run twice or not at all.  ``shard_info``
-records a fingerprint of the case list and of the durations it used; ``harness report
---merge`` (``harness/merge.py``) refuses shards whose fingerprints differ.
+The same durations file must reach every host.  ``shard_info`` records a fingerprint
+of the case list and of the durations it used, ``shard_plan`` the case ids themselves;
+``harness report --merge`` (``harness/shard/merge.py``) refuses shards whose
+fingerprints differ and plans that overlap or leave a case out.
 """
 from __future__ import annotations
 
@@ -169,3 +172,11 @@ def shard_info(shard: Shard, case_ids: Iterable[str], durations: dict[str, float
         "durations_fingerprint": durations_fingerprint(ids, durations),
         "matrices": sorted(set(matrices)) if matrices is not None else None,
     }
+
+
+def shard_plan(shard: Shard, case_ids: Iterable[str], durations: dict[str, float] | None = None) -> dict[str, Any]:
+    """The ids behind ``shard_info``, recorded beside it so that ``harness report --merge`` can
+    name a case two shards both planned or none did: ``planned`` (this shard's ids) and
+    ``split_cases`` (the whole list that was split), both sorted."""
+    ids = sorted(set(case_ids))
+    return {"planned": assign(ids, shard.total, durations)[shard.index - 1], "split_cases": ids}

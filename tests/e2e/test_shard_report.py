@@ -91,3 +91,92 @@ def test_report_re_renders_a_stored_flake_hunt(tmp_path, golden_cache_dir):
         assert doc["flake"][case_id][key] == original["flake"][case_id][key]
     missing = run_harness("report", "no-such-run", "--store", store, cwd=tmp_path)
     assert missing.returncode == 2 and "no run no-such-run" in missing.stderr
+
+
+# -- the story: shards run one after another on one host, beside one store ---------------
+
+FORTY = """\
+name: forty
+op: rope_kv_write
+seq_lens: "const(1)"
+batch: 1
+matrix:
+  slot_mode: [arange, random]
+  seed: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+"""
+
+
+def _one_host(tmp_path, golden_cache_dir, *more: str) -> list:
+    """Shards 1/3, 2/3, 3/3 of a 40-case matrix, one after another in one directory, all with the
+    default store ``reports/results.sqlite``: before, each balanced by what the earlier ones stored."""
+    cases = write_case_file(tmp_path / "cases", "forty.yaml", FORTY)
+    outs = []
+    for i in range(1, 4):
+        out = tmp_path / f"shard-{i}.json"
+        proc = run_harness("run", str(cases), "--shard", f"{i}/3", "--json", str(out), "--no-progress",
+                           "--golden-cache", str(golden_cache_dir), "--log-dir", str(tmp_path / "logs" / str(i)),
+                           *more, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        outs.append(out)
+    return outs
+
+
+def _every_case_once(outs: list) -> list[str]:
+    ids = [r["case_id"] for out in outs for r in json.loads(out.read_text())["results"]]
+    assert len(ids) == 40 and len(set(ids)) == 40
+    return ids
+
+
+def test_shards_one_after_another_beside_one_store_run_every_case_once(tmp_path, golden_cache_dir):
+    outs = _one_host(tmp_path, golden_cache_dir)
+    ids = _every_case_once(outs)
+    assert {json.loads(out.read_text())["shard"]["balanced_by"] for out in outs} == {"count"}
+    for sources in ([str(o) for o in outs], ["reports/results.sqlite"]):
+        merged = tmp_path / "merged.json"
+        proc = run_harness("report", "--merge", *sources, "--json", str(merged), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        doc = json.loads(merged.read_text())
+        assert sorted(r["case_id"] for r in doc["results"]) == sorted(ids) and doc["warnings"] == []
+
+
+def test_shards_with_one_durations_file_beside_one_store_run_every_case_once(tmp_path, golden_cache_dir):
+    cases = write_case_file(tmp_path / "cases", "forty.yaml", FORTY)
+    full = tmp_path / "durations.json"
+    proc = run_harness("run", str(cases), "--json", str(full), "--no-progress", "--golden-cache",
+                       str(golden_cache_dir), "--log-dir", str(tmp_path / "logs" / "full"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    outs = _one_host(tmp_path, golden_cache_dir, "--shard-durations", str(full))
+    _every_case_once(outs)
+    assert {json.loads(out.read_text())["shard"]["balanced_by"] for out in outs} == {"durations"}
+    proc = run_harness("report", "--merge", *map(str, outs), "--json", str(tmp_path / "m.json"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    own = run_harness("run", str(cases), "--shard", "1/3", "--shard-durations", "reports/results.sqlite",
+                      "--no-progress", cwd=tmp_path)
+    assert own.returncode == 2 and len(own.stderr.strip().splitlines()) == 1
+    assert "--shard-durations reports/results.sqlite" in own.stderr
+
+
+def _planned(path, planned: list[str]) -> None:
+    doc = json.loads(path.read_text())
+    doc["shard"]["planned"] = planned
+    path.write_text(json.dumps(doc))
+
+
+def test_merging_overlapping_or_gapped_plans_exits_2_in_one_line(tmp_path, golden_cache_dir):
+    outs = _one_host(tmp_path, golden_cache_dir, "--store", str(tmp_path / "one.sqlite"))
+    plans = [json.loads(out.read_text())["shard"]["planned"] for out in outs]
+
+    _planned(outs[1], plans[1] + [plans[0][0]])                     # overlap: shard 2 also planned one of 1's
+    proc = run_harness("report", "--merge", *map(str, outs), "--json", str(tmp_path / "x.json"), cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"case {plans[0][0]} is planned by both shards 1/3 and 2/3" in proc.stderr
+    assert not (tmp_path / "x.json").exists()
+
+    _planned(outs[1], plans[1])
+    _planned(outs[2], plans[2][1:])                                  # gap: nobody planned shard 3's first
+    proc = run_harness("report", "--merge", *map(str, outs), "--json", str(tmp_path / "x.json"), cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"case {plans[2][0]} of the split is planned by none of shards 1/3, 2/3 and 3/3" in proc.stderr
+    forced = run_harness("report", "--merge", *map(str, outs), "--force", "--json", str(tmp_path / "x.json"),
+                         cwd=tmp_path)
+    assert forced.returncode == 0 and "planned by none" in forced.stderr

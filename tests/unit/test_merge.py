@@ -16,7 +16,7 @@ from harness.outcomes import Outcome, Result
 from harness.report_document import build_document
 from harness.reports.json_report import write_document
 from harness.summary import summarize
-from harness.shard.split import Shard, select_shard, shard_info
+from harness.shard.split import Shard, select_shard, shard_info, shard_plan
 from harness.store import Store
 
 CASES = [f"m[batch={i % 3},seed={i}]" for i in range(10)]
@@ -437,3 +437,56 @@ def test_outcomes_this_harness_does_not_know_are_counted_not_judged(tmp_path):
     expected = ("1 result(s) with an outcome this harness does not know (FROM_THE_FUTURE): "
                 "counted, neither passed nor failed")
     assert merged["warnings"] == [expected]
+
+
+# -- plans: overlaps and gaps ---------------------------------------------------------
+
+def planned_shards(tmp_path: Path, total: int = 3, plans: dict[int, list[str]] | None = None) -> list[Path]:
+    """Every shard of a split with its plan recorded (``shard_plan``), as ``harness run --shard`` writes
+    it; ``plans`` replaces the ``planned`` list of some shards."""
+    paths = []
+    for i in range(1, total + 1):
+        own, info = shard_results(i, total)
+        info = {**info, **shard_plan(Shard(i, total), CASES)}
+        if plans and i in plans:
+            info["planned"] = plans[i]
+        paths.append(write_shard(tmp_path / f"planned-{i}.json", i, total, info=info, results=own))
+    return paths
+
+
+def test_recorded_plans_that_cover_the_split_once_merge(tmp_path):
+    doc = merge(planned_shards(tmp_path))
+    assert sorted(r["case_id"] for r in doc["results"]) == sorted(CASES) and doc["warnings"] == []
+
+
+def test_a_case_two_shards_planned_is_refused_in_one_line(tmp_path):
+    first = select_shard(CASES, Shard(1, 3))[0]
+    paths = planned_shards(tmp_path, plans={2: sorted(select_shard(CASES, Shard(2, 3)) + [first])})
+    with pytest.raises(MergeError) as err:
+        merge(paths)
+    message = str(err.value)
+    assert "\n" not in message and str(paths[0]) in message and str(paths[1]) in message
+    assert f"case {first} is planned by both shards 1/3 and 2/3" in message and "--force" in message
+    doc = merge(paths, force=True)
+    assert any(f"case {first} is planned by both" in w and "--force" in w for w in doc["warnings"])
+
+
+def test_a_case_no_shard_planned_is_refused_in_one_line(tmp_path):
+    third = select_shard(CASES, Shard(3, 3))
+    paths = planned_shards(tmp_path, plans={3: third[1:]})
+    with pytest.raises(MergeError) as err:
+        merge(paths)
+    message = str(err.value)
+    assert "\n" not in message and str(paths[0]) in message and str(paths[2]) in message
+    assert f"case {third[0]} of the split is planned by none of shards 1/3, 2/3 and 3/3" in message
+    assert "--force" in message
+    assert any("planned by none" in w for w in merge(paths, force=True)["warnings"])
+
+
+def test_a_gap_needs_every_shard_and_plans(tmp_path):
+    # Shard 3 not given: its plan is unknown, so that is a missing shard (a warning), not a gap.
+    paths = planned_shards(tmp_path)
+    doc = merge(paths[:2])
+    assert doc["missing_shards"] == ["3/3"]
+    # Shards recorded without plans (an older harness): nothing to check beyond the results.
+    assert merge(all_shards(tmp_path, 3))["warnings"] == []

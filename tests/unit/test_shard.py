@@ -22,6 +22,7 @@ from harness.shard.split import (
     parse_shard,
     select_shard,
     shard_info,
+    shard_plan,
     weights,
 )
 
@@ -298,3 +299,79 @@ def test_run_shard_script_is_strict_bash():
                           cwd=ROOT, check=False)
     assert proc.returncode == 2
     assert "'two/4'" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+# -- the split never reads local state -----------------------------------------------------
+
+SMALL_MATRIX = """\
+name: m
+op: rope_kv_write
+seq_lens: "const(1)"
+batch: 1
+matrix:
+  slot_mode: [arange, random]
+  seed: [0, 1, 2, 3, 4, 5]
+"""
+
+
+def _cli_split(cases_file: Path, store: Path, total: int, *more: str) -> list[tuple[list[str], dict]]:
+    from harness.cli.common import load_cases
+    from harness.cli.parser import build_parser
+    from harness.cli.runs import _shard
+    out = []
+    for i in range(1, total + 1):
+        args = build_parser().parse_args(["run", str(cases_file), "--shard", f"{i}/{total}",
+                                          "--store", str(store), *more])
+        mine, info = _shard(args, load_cases(args, import_kernel=False))
+        out.append(([c.case_id for c in mine], info))
+    return out
+
+
+def test_shard_plan_is_the_shards_ids_and_the_whole_list():
+    case_ids = ids(10)
+    d = {case_ids[0]: 5.0}
+    for i in range(1, 5):
+        plan = shard_plan(Shard(i, 4), reversed(case_ids), d)
+        assert plan == {"planned": assign(case_ids, 4, d)[i - 1], "split_cases": sorted(case_ids)}
+
+
+def test_the_cli_split_is_the_same_whatever_the_store_holds(tmp_path, monkeypatch, capsys):
+    """The bug: ``run --shard`` balanced by the store's durations, which grow as shards run beside
+    it, so consecutive shards split differently.  Same ids and N → same split, store or not."""
+    from harness.outcomes import Outcome, Result
+    from harness.store import Store
+    monkeypatch.chdir(tmp_path)
+    cases_file = tmp_path / "m.yaml"
+    cases_file.write_text(SMALL_MATRIX)
+    store = tmp_path / "reports" / "results.sqlite"          # the default store, named explicitly
+    store.parent.mkdir()
+    before = _cli_split(cases_file, store, 3)
+    assert all(info["balanced_by"] == "count" for _, info in before)
+    all_ids = sorted(c for mine, _ in before for c in mine)
+    with Store(store) as s:
+        run_id = s.start_run(command=["harness", "run"], devices=["cpu"])
+        for n, case_id in enumerate(all_ids):
+            s.add_result(run_id, Result(case_id=case_id, outcome=Outcome.PASS, op="rope_kv_write",
+                                        kernel="reference", seed=0, duration_s=float(n * n)))
+        assert s.durations()                              # the store has durations to tempt a split
+    after = _cli_split(cases_file, store, 3)
+    assert after == before
+    assert [mine for mine, _ in after] == assign(all_ids, 3)
+    assert all(info["planned"] == mine and info["split_cases"] == all_ids for mine, info in after)
+
+
+def test_shard_durations_is_the_only_source_and_not_the_runs_own_store(tmp_path, monkeypatch):
+    from harness.errors import UsageError
+    monkeypatch.chdir(tmp_path)
+    cases_file = tmp_path / "m.yaml"
+    cases_file.write_text(SMALL_MATRIX)
+    names = [mine for mine, _ in _cli_split(cases_file, tmp_path / "a.sqlite", 1)][0]
+    durations = tmp_path / "durations.json"
+    durations.write_text(json.dumps({"results": [
+        {"case_id": c, "outcome": "PASS", "duration_s": float(i % 5)} for i, c in enumerate(names)]}))
+    split = _cli_split(cases_file, tmp_path / "a.sqlite", 3, "--shard-durations", str(durations))
+    again = _cli_split(cases_file, tmp_path / "b.sqlite", 3, "--shard-durations", str(durations))
+    assert split == again and all(info["balanced_by"] == "durations" for _, info in split)
+    assert sorted(c for mine, _ in split for c in mine) == sorted(names)
+    with pytest.raises(UsageError, match=r"^--shard-durations .*a\.sqlite: is the store this run records into"):
+        _cli_split(cases_file, tmp_path / "a.sqlite", 3, "--shard-durations", str(tmp_path / "a.sqlite"))
