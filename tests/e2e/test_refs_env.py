@@ -73,3 +73,17 @@ def test_git_bisect_run_leaves_the_checkout_clean(tmp_path):
     (state,) = (cache / "fused-kernel-harness" / "repos").iterdir()
     assert (state / "results.sqlite").is_file() and any((state / "logs").iterdir())
     assert f"stored in {state / 'results.sqlite'}" in proc.stdout
+
+
+def test_bisect_env_adds_to_the_default_and_each_commit_shows_it(tmp_path):
+    info = make_kernel_repo(tmp_path / "kpkg", n_commits=4, culprit=2, fail_p=1.0)
+    case = tmp_path / "case.yaml"
+    case.write_text(case_yaml(kernel="python.kpkg.kernel:rope_kv_write"))    # found through {worktree} only
+    proc = run_harness("bisect", str(case), "--repo", str(info.path), "--good", info.shas[0], "--bad", info.shas[-1],
+                       "--env", "FOO=1", "--worktree-cache", str(tmp_path / "wt"), "--golden-cache",
+                       str(tmp_path / "goldens"), "--no-store", "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"first bad commit: {info.culprit_sha}" in proc.stdout
+    shown = [line for line in proc.stdout.splitlines() if " env: PYTHONPATH=" in line]
+    assert shown and all(line.endswith(" FOO=1") for line in shown)
+    assert len(shown) == len({line.split()[0] for line in shown})            # once per commit
