@@ -127,6 +127,8 @@ def cmd_bisect_run(args) -> int:
     revision = git_revision(Path.cwd())
     with open_store(args, state / "results.sqlite") as store, session_golden_cache(args) as golden_cache:
         run = engine_options(args, devices(args), golden_cache=golden_cache, default_log_dir=state / "logs")
+        # workers import the kernel from the checkout: no __pycache__/ there either
+        run = replace(run, worker=replace(run.worker, base_env={**run.worker.base_env, "PYTHONDONTWRITEBYTECODE": "1"}))
         recorded = execute(planned, run, store,
                            kind="bisect-run", command=sys.argv, ref=revision["sha"][:12] if revision else None,
                            ref_sha=revision["sha"] if revision else None, publish=publisher(args))

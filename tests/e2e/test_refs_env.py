@@ -59,7 +59,7 @@ def test_git_bisect_run_leaves_the_checkout_clean(tmp_path):
     case = tmp_path / "case.yaml"
     case.write_text(info.case_yaml)
     cache = tmp_path / "cache"
-    env = {k: v for k, v in os.environ.items() if k != "HARNESS_STORE"}
+    env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_STORE", "PYTHONDONTWRITEBYTECODE")}
     git(info.path, "bisect", "start", info.shas[-1], info.shas[0])
     # no --store, --no-store or --log-dir: the defaults must not land in the checkout
     proc = subprocess.run(
@@ -69,7 +69,7 @@ def test_git_bisect_run_leaves_the_checkout_clean(tmp_path):
         env={**env, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(cache)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{info.culprit_sha} is the first bad commit" in proc.stdout
-    assert git(info.path, "status", "--porcelain", "--ignored=no") == ""
+    assert git(info.path, "status", "--porcelain", "--ignored") == ""      # not even ignored files (__pycache__/)
     (state,) = (cache / "fused-kernel-harness" / "repos").iterdir()
     assert (state / "results.sqlite").is_file() and any((state / "logs").iterdir())
     assert f"stored in {state / 'results.sqlite'}" in proc.stdout
