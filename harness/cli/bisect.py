@@ -10,8 +10,8 @@ from pathlib import Path
 from harness.bisect import session as bisect
 from harness.bisect.driver import CLEAN, SIGHTED, Signature, observe
 from harness.bisect.search import Conclusion
-from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, load_cases, no_kernel_on_resume,
-                                open_store, outputs, publisher, ref_setup, session_golden_cache)
+from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, env_line, load_cases,
+                                no_kernel_on_resume, open_store, outputs, publisher, ref_setup, session_golden_cache)
 from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.flake import hunt as flake
@@ -19,9 +19,10 @@ from harness.flake.hunt import HuntOptions
 from harness.outcomes import Result
 from harness.provenance import git_revision
 from harness import refs
-from harness.refs.runner import RefRunner
+from harness.refs.git import open_repo
+from harness.refs.runner import PreparedRef, RefRunner
 from harness.reports.bisect_text import render_bisect
-from harness.run.options import kernel_paths
+from harness.run.options import kernel_paths, repo_state_dir
 from harness.run.session import execute
 from harness.reports.writers import write_outputs
 from harness.store import Store
@@ -67,7 +68,14 @@ def _bisect(args, signature: Signature | None, store: Store) -> int:
     with session_golden_cache(args) as golden_cache:
         options = engine_options(args, [parse_device(d) for d in plan.devices], golden_cache=golden_cache,
                                  kernel_paths=plan.kernel_paths, golden_dtype=plan.golden_dtype, tier=plan.tier)
-        with RefRunner(plan.setup, options, store) as runner:
+        shown: set[str] = set()
+
+        def show_env(ref: PreparedRef) -> None:     # once per commit: bisect revisits them
+            if ref.commit.sha not in shown:
+                shown.add(ref.commit.sha)
+                print(f"{ref.commit.short} {env_line(ref.env)}", flush=True)
+
+        with RefRunner(plan.setup, options, store, on_prepare=show_env) as runner:
             session = resumed
             if session is None:
                 search = bisect.SearchOptions(confidence=args.confidence, max_runs=args.max_runs,
@@ -105,8 +113,10 @@ def cmd_bisect_run(args) -> int:
     """Never a code that would abort ``git bisect run``: only 0, 1 or 125 (see ``harness.cli.main``)."""
     signature = Signature.parse(args.signature) if args.signature else None
     devices(args)
+    state = repo_state_dir(_checkout_top())     # the current directory is the code under test: write nothing there
+    state.mkdir(parents=True, exist_ok=True)
     if args.build:
-        log = Path(args.log_dir or Path("reports") / "logs") / "bisect-run-build.log"
+        log = Path(args.log_dir or state / "logs") / "bisect-run-build.log"
         built = refs.build(Path.cwd(), args.build, log, dict(os.environ), args.build_timeout)
         if not built.ok:
             print(f"harness bisect-run: build failed ({log}): skip", file=sys.stderr)
@@ -115,10 +125,15 @@ def cmd_bisect_run(args) -> int:
     planned = flake.plan(cases, HuntOptions(repeat=args.repeat))
     planned = [replace(p, bitwise=False) for p in planned]
     revision = git_revision(Path.cwd())
-    with open_store(args) as store, session_golden_cache(args) as golden_cache:
-        recorded = execute(planned, engine_options(args, devices(args), golden_cache=golden_cache), store,
+    with open_store(args, state / "results.sqlite") as store, session_golden_cache(args) as golden_cache:
+        run = engine_options(args, devices(args), golden_cache=golden_cache, default_log_dir=state / "logs")
+        # workers import the kernel from the checkout: no __pycache__/ there either
+        run = replace(run, worker=replace(run.worker, base_env={**run.worker.base_env, "PYTHONDONTWRITEBYTECODE": "1"}))
+        recorded = execute(planned, run, store,
                            kind="bisect-run", command=sys.argv, ref=revision["sha"][:12] if revision else None,
                            ref_sha=revision["sha"] if revision else None, publish=publisher(args))
+    if not args.no_store:
+        print(f"harness bisect-run: run {recorded.run_id} stored in {store.path}")
     what, sig = observe(recorded.results, signature)
     for r in recorded.results:
         if r.outcome.failed:
@@ -134,3 +149,11 @@ def cmd_bisect_run(args) -> int:
         return GIT_GOOD
     print("harness bisect-run: skip (nothing ran clean and the signature did not show)")
     return GIT_SKIP
+
+
+def _checkout_top() -> Path:
+    """The working tree ``git bisect run`` runs in (the current directory outside git)."""
+    try:
+        return open_repo(Path.cwd()).path
+    except refs.RefError:
+        return Path.cwd()

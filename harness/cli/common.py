@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Callable
 
@@ -12,12 +13,13 @@ from harness.case import Case
 from harness.casefiles import load_paths, select
 from harness.devices import Device, parse_device, parse_device_list
 from harness.errors import UsageError
+from harness.refs import with_defaults
 from harness.refs.runner import DEFAULT_ENV, RefSetup
 from harness.reports.terminal import Reporter
 from harness.run import options
 from harness.run.engine import RunOptions
 from harness.reports.writers import Outputs, write_outputs
-from harness.store import MemoryStore, Store
+from harness.store import DEFAULT_STORE, MemoryStore, Store
 
 # README: 0 every case passed (or was skipped), 1 some case failed, 2 bad usage or bad
 # case files, 3 the harness itself broke.
@@ -58,17 +60,17 @@ def no_kernel_on_resume(args) -> None:
         raise UsageError("--kernel does not apply to --resume (a resumed run keeps the kernels it was planned with)")
 
 
-def store_path(args) -> str:
-    return options.store_path(args.store)
+def store_path(args, default: Path = DEFAULT_STORE) -> str:
+    return options.store_path(args.store, default=default)
 
 
-def open_store(args) -> Store:
+def open_store(args, default: Path = DEFAULT_STORE) -> Store:
     """Before any case loads or runs: an unusable store path is a usage error (``StoreOpenError``)."""
     if getattr(args, "no_store", False):
         if getattr(args, "resume", None):
             raise UsageError("--resume needs the store the run was recorded in (drop --no-store)")
         return MemoryStore()
-    return Store(store_path(args))
+    return Store(store_path(args, default))
 
 
 def outputs(args) -> Outputs:
@@ -92,16 +94,18 @@ def devices(args, default: list[Device] | None = None) -> list[Device]:
 
 
 def engine_options(args, devices: list[Device], *, kernel_paths=None, golden_dtype: str | None = None,
-                   tier: str | None = None, exitfirst: bool = False, golden_cache: str | None = None) -> RunOptions:
+                   tier: str | None = None, exitfirst: bool = False, golden_cache: str | None = None,
+                   default_log_dir: Path | None = None) -> RunOptions:
     """The engine options an executing command's flags say; the keywords override them (a resumed
-    run's stored options, a session's golden cache).  A bad rules file: exit 2 before any case."""
+    run's stored options, a session's golden cache; ``default_log_dir``: the logs' parent without
+    ``--log-dir``, in place of ``reports/logs``).  A bad rules file: exit 2 before any case."""
     return options.run_options(options.Settings(
         devices=tuple(devices),
         kernel_paths=tuple(args.kernel_path if kernel_paths is None else kernel_paths),
         golden_cache=golden_cache if golden_cache is not None
         else options.golden_cache(args.golden_cache, args.no_golden_cache),
-        golden_dtype=golden_dtype or args.golden_dtype, log_dir=args.log_dir, rules=tuple(args.rules),
-        tier=tier or args.tier, exitfirst=exitfirst))
+        golden_dtype=golden_dtype or args.golden_dtype, log_dir=args.log_dir, log_root=default_log_dir,
+        rules=tuple(args.rules), tier=tier or args.tier, exitfirst=exitfirst))
 
 
 @contextlib.contextmanager
@@ -116,8 +120,14 @@ def session_golden_cache(args) -> Iterator[str | None]:
 
 
 def ref_setup(args) -> RefSetup:
-    return RefSetup(repo=Path(args.repo), env_templates=tuple(args.env_templates or DEFAULT_ENV), build=args.build,
-                    build_timeout_s=args.build_timeout, cache_dir=args.worktree_cache)
+    """``--env`` adds to the default templates (one setting a variable a default sets replaces that default)."""
+    return RefSetup(repo=Path(args.repo), env_templates=with_defaults(DEFAULT_ENV, args.env_templates or ()),
+                    build=args.build, build_timeout_s=args.build_timeout, cache_dir=args.worktree_cache)
+
+
+def env_line(env: Mapping[str, str]) -> str:
+    """A ref's effective environment (the expanded templates), as a shell would set it."""
+    return "env: " + " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
 
 
 def plain(args) -> bool:

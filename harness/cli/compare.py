@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, load_cases, open_store, outputs, plain,
-                                ref_setup, session_golden_cache)
+from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, env_line, load_cases, open_store,
+                                outputs, plain, ref_setup, session_golden_cache)
 from harness.errors import UsageError
 from harness.refs import compare as refcompare
 from harness import refs
@@ -34,6 +34,7 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
         def announce(name, commit, prepared) -> None:
             state = "BUILD FAILED" if not prepared.ok else "built" if prepared.build else "ready"
             print(f"== {name} {commit.short} {commit.subject}  [{state}]", flush=True)
+            print(f"   {env_line(prepared.env)}", flush=True)
 
         def reporter(name: str, total: int) -> Reporter:
             return Reporter(total=total, plain=plain(args),

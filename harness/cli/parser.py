@@ -180,7 +180,8 @@ def _add_refs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", default=None, metavar="PATH", help="the kernel library's git repository")
     p.add_argument("--env", dest="env_templates", action="append", default=None, metavar="KEY=TEMPLATE",
                    help="per-ref environment, e.g. 'PYTHONPATH={worktree}/python:{PYTHONPATH}' or "
-                        "'PYPTO_ROOT={worktree}' (repeatable; default 'PYTHONPATH={worktree}:{PYTHONPATH}')")
+                        "'PYPTO_ROOT={worktree}' (repeatable; added to the default 'PYTHONPATH={worktree}:{PYTHONPATH}', "
+                        "which a PYTHONPATH= template replaces)")
     p.add_argument("--build", default=None, metavar="CMD", help="run in each ref's worktree before its cases "
                    "(once per commit; a failing build is BUILD_ERROR for that ref)")
     p.add_argument("--build-timeout", type=float, default=1800.0, metavar="S", help="default 1800 s")

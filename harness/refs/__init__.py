@@ -7,7 +7,7 @@ switching only the kernel library's checkout.
 command.  The names callers need are here; ``runner`` and ``compare`` build on them.
 """
 from harness.refs.builds import BuildResult, build, ref_provenance
-from harness.refs.envs import TEMPLATE_FIELDS, expand_env
+from harness.refs.envs import TEMPLATE_FIELDS, expand_env, with_defaults
 from harness.refs.git import Commit, commits_between, is_ancestor, resolve
 from harness.refs.spec import RefError, parse_ref_arg, parse_ref_args
 from harness.refs.worktrees import CACHE_ENV, Worktree, Worktrees
@@ -15,4 +15,5 @@ from harness.refs.worktrees import CACHE_ENV, Worktree, Worktrees
 __all__ = [
     "CACHE_ENV", "TEMPLATE_FIELDS", "BuildResult", "Commit", "RefError", "Worktree", "Worktrees", "build",
     "commits_between", "expand_env", "is_ancestor", "parse_ref_arg", "parse_ref_args", "ref_provenance", "resolve",
+    "with_defaults",
 ]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from harness.refs.spec import RefError, show
 
@@ -34,6 +34,18 @@ def _expand(template: str, value: str, fields: Mapping[str, str], env: Mapping[s
         raise RefError(f"--env {show(template)}: unknown placeholder {{{key}}} "
                        f"(fields: {', '.join(TEMPLATE_FIELDS)}; or an environment variable)")
     return _PLACEHOLDER.sub(one, value)
+
+
+def template_key(template: str) -> str:
+    """The variable a ``KEY=VALUE`` template sets."""
+    return template.partition("=")[0]
+
+
+def with_defaults(defaults: Sequence[str], given: Sequence[str]) -> tuple[str, ...]:
+    """The templates a ref gets: ``given`` adds to ``defaults``; a default whose variable
+    ``given`` sets too is dropped (an explicit ``PYTHONPATH=`` replaces the default one)."""
+    keys = {template_key(t) for t in given}
+    return (*(t for t in defaults if template_key(t) not in keys), *given)
 
 
 def expand_env(templates: Iterable[str], *, worktree: str | os.PathLike[str], sha: str, name: str,

@@ -66,8 +66,10 @@ class RefRunner:
     """Prepares refs of one repository and runs planned cases on them."""
 
     def __init__(self, setup: RefSetup, base: RunOptions, store: Store, *,
-                 worktrees: refs.Worktrees | None = None):
+                 worktrees: refs.Worktrees | None = None,
+                 on_prepare: Callable[["PreparedRef"], None] | None = None):
         self.setup = setup
+        self.on_prepare = on_prepare                        # e.g. to print each ref's effective env
         self.base = base
         self.store = store
         self.worktrees = worktrees or refs.Worktrees(setup.repo, setup.cache_dir)
@@ -107,7 +109,10 @@ class RefRunner:
         if self.setup.build:
             log = self.base.worker.log_dir / "builds" / f"{safe_dir_name(name)}-{commit.short}.log"
             build = refs.build(worktree, self.setup.build, log, {**base_env, **env}, self.setup.build_timeout_s)
-        return PreparedRef(name, commit, worktree, env, build)
+        prepared = PreparedRef(name, commit, worktree, env, build)
+        if self.on_prepare:
+            self.on_prepare(prepared)
+        return prepared
 
     def options_for(self, ref: PreparedRef) -> RunOptions:
         worker = replace(self.base.worker, base_env={**self.base.worker.base_env, **ref.env},

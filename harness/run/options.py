@@ -10,6 +10,7 @@ replaces every case's kernel.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import subprocess
@@ -30,13 +31,27 @@ from harness.run.pool import WorkerOptions, worker_env
 from harness.store import DEFAULT_STORE
 
 
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/fused-kernel-harness``, else ``~/.cache/fused-kernel-harness``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "fused-kernel-harness"
+
+
 def default_cache_dir() -> Path:
     """``$HARNESS_GOLDEN_CACHE``, else ``$XDG_CACHE_HOME/fused-kernel-harness/goldens``, else ``~/.cache/...``."""
     explicit = os.environ.get("HARNESS_GOLDEN_CACHE")
     if explicit:
         return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "fused-kernel-harness" / "goldens"
+    return user_cache_dir() / "goldens"
+
+
+def repo_state_dir(repo: Path) -> Path:
+    """Where a command whose current directory is the repository under test (``bisect-run``)
+    keeps its default store and logs: ``<user cache>/repos/<name>-<hash of its path>``, never
+    inside the checkout (untracked files there would change what git bisects)."""
+    top = repo.resolve()
+    digest = hashlib.sha256(str(top).encode()).hexdigest()[:12]
+    return user_cache_dir() / "repos" / f"{top.name}-{digest}"
 
 
 @dataclass(frozen=True)
@@ -47,7 +62,8 @@ class Settings:
     kernel_paths: tuple[str, ...] = ()      # relative ones are taken from the current directory
     golden_cache: str | None = None         # None: $HARNESS_GOLDEN_CACHE or ~/.cache/...; "": keep no goldens
     golden_dtype: str = "fp32"
-    log_dir: str | None = None              # None: reports/logs/<log_prefix><time>
+    log_dir: str | None = None              # None: <log_root>/<log_prefix><time>
+    log_root: Path | None = None            # None: reports/logs (of the current directory)
     log_prefix: str = ""
     log_subdir: str = ""                    # one per pytest-xdist worker under the shared log dir
     rules: tuple[str, ...] = ()             # extra classifier rule files
@@ -65,9 +81,9 @@ def kernel_paths(flags) -> tuple[str, ...]:
     return tuple(str(Path(p).resolve()) for p in flags)
 
 
-def store_path(flag: str | None, env: Mapping[str, str] = os.environ) -> str:
-    """``--store``, else ``$HARNESS_STORE``, else the default."""
-    return str(flag or env.get("HARNESS_STORE") or DEFAULT_STORE)
+def store_path(flag: str | None, env: Mapping[str, str] = os.environ, default: Path = DEFAULT_STORE) -> str:
+    """``--store``, else ``$HARNESS_STORE``, else ``default``."""
+    return str(flag or env.get("HARNESS_STORE") or default)
 
 
 def run_options(settings: Settings) -> RunOptions:
@@ -76,7 +92,8 @@ def run_options(settings: Settings) -> RunOptions:
     if cache is None:
         cache = str(default_cache_dir())
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    log_dir = Path(settings.log_dir or Path("reports") / "logs" / f"{settings.log_prefix}{stamp}").resolve()
+    log_root = settings.log_root or Path("reports") / "logs"
+    log_dir = Path(settings.log_dir or log_root / f"{settings.log_prefix}{stamp}").resolve()
     if settings.log_subdir:
         log_dir = log_dir / settings.log_subdir
     worker = WorkerOptions(log_dir=log_dir, golden_cache=cache, golden_dtype=settings.golden_dtype,

@@ -91,6 +91,7 @@ def forked_main(conn: Connection, device_text: str, golden_cache_dir: str, golde
     os.close(fd)
     os.environ.clear()
     os.environ.update(env)
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))    # as a fresh interpreter reads it
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:0] = [p for p in paths if p not in sys.path]
     sys.exit(serve(conn, device_text, golden_cache_dir, golden_dtype))

@@ -14,7 +14,7 @@ import pytest
 from gitrepo import BUILD_CMD, BUILD_STAMP, EPOCH, commit_files, git, init_repo, make_kernel_repo
 from harness import refs
 from harness.refs import (BuildResult, Commit, RefError, Worktrees, build, commits_between, expand_env,
-                          parse_ref_arg, parse_ref_args, ref_provenance, resolve)
+                          parse_ref_arg, parse_ref_args, ref_provenance, resolve, with_defaults)
 from helpers import ROOT
 
 
@@ -307,6 +307,18 @@ def test_env_bad_templates(template, needle):
     with pytest.raises(RefError) as err:
         expand(template)
     assert needle in str(err.value)
+
+
+def test_env_given_templates_add_to_the_defaults_and_replace_only_what_they_set():
+    defaults = ("PYTHONPATH={worktree}:{PYTHONPATH}", "KROOT={worktree}")
+    # the bug: one --env dropped the default PYTHONPATH
+    assert with_defaults(defaults, ["FOO=1"]) == (*defaults, "FOO=1")
+    assert expand(*with_defaults(defaults, ["FOO=1"]), base={"PYTHONPATH": "/site"}) == {
+        "PYTHONPATH": "/wt/abc:/site", "KROOT": "/wt/abc", "FOO": "1"}
+    replaced = with_defaults(defaults, ["PYTHONPATH={worktree}/python:{PYTHONPATH}"])
+    assert replaced == ("KROOT={worktree}", "PYTHONPATH={worktree}/python:{PYTHONPATH}")
+    assert expand(*replaced, base={"PYTHONPATH": "/site"})["PYTHONPATH"] == "/wt/abc/python:/site"
+    assert with_defaults(defaults, []) == defaults
 
 
 # -- build -------------------------------------------------------------------------
