@@ -116,6 +116,12 @@ class Reporter:
                 fail_table.add_row(Text("" if r.label == previous else r.label), Text(name), Text(r.summary))
                 previous = r.label
             self.console.print(fail_table)
+            logged = [r for r in failed if r.log]
+            if logged:     # plain lines, never folded: a path to copy into a shell
+                self.console.print("logs of the failing cases:", markup=False)
+                for r in logged:
+                    iteration = f" (iter {r.repeat})" if r.repeat else ""
+                    self.console.print(f"  {r.case_id}{iteration}: {r.log}", markup=False, soft_wrap=True)
         gc = summary["golden_cache"]
         self.console.print(
             f"{summary['total']} cases: {summary['passed']} passed, {summary['failed']} failed, "

@@ -49,3 +49,18 @@ def test_plain_mode_writes_one_line_per_case_without_escape_codes(capsys):
     out = capsys.readouterr().out
     assert "[2/4] MISMATCH       m[i=1][bold]x[/bold] (0.50 s)\n    why 1 [red]" in out
     assert "\x1b[" not in out
+
+
+def test_the_final_report_prints_each_failing_cases_log_path_whole():
+    long_dir = "/tmp/" + "deep/" * 30
+    results = [Result(case_id="m[i=0]", outcome=Outcome.PASS, log=f"{long_dir}m0.r0.log"),
+               Result(case_id="m[i=1]", outcome=Outcome.MISMATCH, log=f"{long_dir}m1.r0.log"),
+               Result(case_id="m[i=2]", outcome=Outcome.HANG, repeat=3, log=f"{long_dir}m2.r3.log"),
+               Result(case_id="m[i=3]", outcome=Outcome.CRASH)]
+    buf = io.StringIO()
+    Reporter(total=4, plain=True, console=Console(file=buf, width=80)).final(results, summarize(results))
+    out = buf.getvalue()
+    assert "logs of the failing cases:" in out
+    assert f"  m[i=1]: {long_dir}m1.r0.log\n" in out          # never folded, however long
+    assert f"  m[i=2] (iter 3): {long_dir}m2.r3.log\n" in out
+    assert "m0.r0.log" not in out                               # a passing case's log is not listed
