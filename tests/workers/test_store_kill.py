@@ -13,7 +13,8 @@ import sqlite3
 import subprocess
 import sys
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,9 +39,19 @@ for i in range(planned):
 """
 
 
-def _spawn(path: Path, planned: int = PLANNED) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(planned)], cwd=ROOT,
+@contextmanager
+def _spawn(path: Path, planned: int = PLANNED) -> Iterator[subprocess.Popen]:
+    """The writing child; whatever the test does, it is gone and its pipes closed afterwards."""
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(planned)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        proc.stdout.close()
+        proc.stderr.close()
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -65,10 +76,9 @@ def _check_plan(store: Store, run_id: str) -> None:
 @pytest.mark.parametrize("reported", [1, 40, 300])
 def test_kill_after_results_were_reported_loses_none(tmp_path, reported):
     path = tmp_path / "results.sqlite"
-    proc = _spawn(path)
     written: list[str] = []
     run_id = None
-    try:
+    with _spawn(path) as proc:
         deadline = time.monotonic() + 30
         while len(written) < reported:
             assert time.monotonic() < deadline, "child too slow"
@@ -80,12 +90,6 @@ def test_kill_after_results_were_reported_loses_none(tmp_path, reported):
                 written.append(line.strip())
         _kill(proc)  # the child is mid-loop: usually inside a transaction
         written += [line.strip() for line in proc.stdout.read().splitlines()]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-        proc.stdout.close()
-        proc.stderr.close()
 
     _check_readable(path)
     with Store(path) as store:
@@ -104,13 +108,9 @@ def test_kill_after_results_were_reported_loses_none(tmp_path, reported):
 def test_kill_at_any_moment_of_opening_leaves_a_usable_file(tmp_path, delay):
     """Killed while creating the file, the schema or the run: the file opens, or was never made."""
     path = tmp_path / "results.sqlite"
-    proc = _spawn(path, planned=3_000)
-    try:
+    with _spawn(path, planned=3_000) as proc:
         time.sleep(delay)
         _kill(proc)
-    finally:
-        proc.stdout.close()
-        proc.stderr.close()
     if path.exists():
         _check_readable(path)
     with Store(path) as store:
@@ -124,17 +124,10 @@ def test_kill_at_any_moment_of_opening_leaves_a_usable_file(tmp_path, delay):
 
 def test_kill_just_after_the_run_was_recorded_leaves_it_whole(tmp_path):
     path = tmp_path / "results.sqlite"
-    proc = _spawn(path)
-    try:
+    with _spawn(path) as proc:
         line = proc.stdout.readline()          # the run line, or EOF if the child died
         assert line.startswith("run "), proc.stderr.read()
         _kill(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-        proc.stdout.close()
-        proc.stderr.close()
     _check_readable(path)
     with Store(path) as store:
         assert [run["run_id"] for run in store.runs()] == [line.split()[1]]
