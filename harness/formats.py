@@ -1,4 +1,4 @@
-"""Numbers as report text, the same in every renderer."""
+"""Numbers and messages as text, the same everywhere they are shown."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,3 +12,8 @@ def pct(x: Any) -> str:
     if x in (0, 1):
         return f"{100 * x:.0f}%"
     return f"{100 * x:.2g}%" if x < 0.001 else f"{100 * x:.1f}%"
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace, newlines included, as one space: an error fits its line."""
+    return " ".join(text.split())

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from harness.errors import UsageError
+from harness.formats import one_line
 
 __all__ = [
     "LocatedError",
@@ -92,10 +93,6 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 # ---------------------------------------------------------------------------
 # Composing
 # ---------------------------------------------------------------------------
@@ -119,7 +116,7 @@ def compose(text: str, path: str, error: type[LocatedError]) -> tuple[yaml.Node 
     except yaml.MarkedYAMLError as exc:
         raise _yaml_error(exc, path, text, error) from None
     except yaml.YAMLError as exc:
-        raise error(path, None, None, "", f"invalid YAML: {_one_line(str(exc))}") from None
+        raise error(path, None, None, "", f"invalid YAML: {one_line(str(exc))}") from None
     finally:
         loader.dispose()
 
@@ -128,10 +125,10 @@ def _yaml_error(exc: yaml.MarkedYAMLError, path: str, text: str, error: type[Loc
     """One line at the error mark.  A problem at end of input (an unclosed bracket or quote)
     is reported where the unclosed construct starts: that is the line to fix."""
     mark = exc.problem_mark or exc.context_mark
-    what = _one_line(exc.problem or "malformed").replace("'<stream end>'", "end of file")
+    what = one_line(exc.problem or "malformed").replace("'<stream end>'", "end of file")
     at_end = exc.problem_mark is not None and exc.problem_mark.index >= len(text.rstrip())
     if exc.context:
-        ctx = _one_line(exc.context)
+        ctx = one_line(exc.context)
         if at_end and exc.context_mark is not None:
             mark = exc.context_mark
             ctx += " that starts here"

@@ -25,6 +25,7 @@ from harness.casefiles.located import did_you_mean
 from harness.classify import default_rules
 from harness.devices import Device
 from harness.errors import UsageError
+from harness.formats import one_line
 from harness.registry import BUILTINS, is_kernel_name
 from harness.run.engine import RunOptions
 from harness.run.pool import WorkerOptions, worker_env
@@ -195,24 +196,20 @@ def with_kernel(cases: Sequence[Case], kernel: str, states: Mapping[str, KernelS
     for op in ops:
         if states[op].state == "import":
             hint = did_you_mean(kernel, BUILTINS) if ":" not in kernel and "." not in kernel else ""
-            raise KernelError(f"--kernel {kernel}: {_one_line(states[op].detail)}{hint}")
+            raise KernelError(f"--kernel {kernel}: {one_line(states[op].detail)}{hint}")
     present = [op for op in ops if states[op].state != "absent"]
     if not present:
         raise KernelError(f"--kernel {kernel} has none of the ops of the selected cases: {', '.join(ops)}")
     if all(states[op].state == "signature" for op in present):
-        raise KernelError(f"--kernel {kernel}: {_one_line(states[present[0]].detail)}")
+        raise KernelError(f"--kernel {kernel}: {one_line(states[present[0]].detail)}")
     notes = []
     for op in ops:
         count = sum(c.op == op for c in cases)
         if states[op].state == "absent":
             notes.append(f"kernel {kernel} has no {op}: {count} case{'s' * (count != 1)} not run")
         elif states[op].state == "signature":
-            notes.append(f"kernel {kernel}: {_one_line(states[op].detail)}: {count} case{'s' * (count != 1)} "
+            notes.append(f"kernel {kernel}: {one_line(states[op].detail)}: {count} case{'s' * (count != 1)} "
                          f"will be CONTRACT")
     chosen = tuple(replace(c, kernel=kernel, params={**c.params, "kernel": kernel} if "kernel" in c.params
                            else c.params) for c in cases if c.op in present)
     return KernelChoice(kernel, chosen, tuple(notes))
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
