@@ -65,7 +65,7 @@ class Findings:
 def run_checks(case: Case, ci: CaseInputs, goldens: dict[str, torch.Tensor], launched: Launched) -> Findings:
     findings: list[Finding] = []
     metrics: dict[str, Any] = {"compare": {}}
-    findings += _guard_findings(launched)
+    findings += _guard_findings(ci, launched)
     if launched.returned:
         findings.append(Finding(Outcome.CONTRACT, f"return value: {launched.returned}"))
     for arg in ci.op.outputs:
@@ -109,18 +109,61 @@ def rounding_slack(actual: torch.Tensor, expected: torch.Tensor, exact: torch.Te
 
 # -- guard bands ----------------------------------------------------------------
 
-def _guard_findings(launched: Launched) -> list[Finding]:
+def _guard_findings(ci: CaseInputs, launched: Launched) -> list[Finding]:
     findings = []
     for name, (before, after) in launched.guard_damage.items():
         if not before and not after:
             continue
-        where = []
-        if before:
-            where.append(f"{len(before)} elements before the start (offsets {_span(before)})")
-        if after:
-            where.append(f"{len(after)} elements past the end (offsets {_span(after)})")
-        findings.append(Finding(Outcome.OOB_WRITE, f"{name}: guard band overwritten: " + " and ".join(where)))
+        if ci.op.writes_cache and name in {a.name for a in ci.op.caches}:      # a cache the op writes: name the rows that did it
+            where = "; ".join(_cache_guard_damage(ci, name, before + after))
+        else:
+            parts = []
+            if before:
+                parts.append(f"{len(before)} elements before the start (offsets {_span(before)})")
+            if after:
+                parts.append(f"{len(after)} elements past the end (offsets {_span(after)})")
+            where = " and ".join(parts)
+        findings.append(Finding(Outcome.OOB_WRITE, f"{name}: guard band overwritten: {where}"))
     return findings
+
+
+def _cache_guard_damage(ci: CaseInputs, name: str, offsets: list[int]) -> list[str]:
+    """Each overwritten guard offset attributed to the rows whose slot puts their cache row there.
+
+    A row with slot ``s`` written with raw offsets covers elements ``s*row .. s*row+row-1`` of
+    the cache (layer 0's base for a per-layer cache), so ``s = -1`` is the row just before it.
+    """
+    cache = ci.args[name]
+    row = cache.shape[-2] * cache.shape[-1]
+    writers: dict[int, list[int]] = {}
+    for r, s in enumerate(ci.slots.tolist()):
+        if s < 0:
+            writers.setdefault(s, []).append(r)
+    by_slot: dict[int, list[int]] = {}
+    stray: list[int] = []
+    for o in offsets:
+        (by_slot.setdefault(o // row, []) if o // row in writers else stray).append(o)
+    noun = "token" if ci.op.name == "prefill_attention" else "row"
+    where = []
+    for s in sorted(by_slot):
+        rows = writers[s]
+        shown = ", ".join(map(str, rows[:_MAX_LISTED]))
+        whose = f"slot {s}" if len(rows) <= _MAX_LISTED else f"{len(rows)} {noun}s with slot {s}"
+        shown += ", ..." if len(rows) > _MAX_LISTED else ""
+        where.append(f"{noun}{'s' if len(rows) > 1 else ''} {shown} ({whose}): {_side(by_slot[s], name)}")
+    if stray:
+        where.append(f"{_side(stray, name)}, not attributable to a {noun}")
+    return where
+
+
+def _side(offsets: list[int], name: str) -> str:
+    """``64 elements before the start of k_cache (offsets -64..-1)``, for either band or both."""
+    before = [o for o in offsets if o < 0]
+    after = offsets[len(before):]
+    parts = [f"{len(before)} elements before the start of {name} (offsets {_span(before)})"] if before else []
+    if after:
+        parts.append(f"{len(after)} elements after the end of {name} (offsets {_span(after)})")
+    return " and ".join(parts)
 
 
 def _span(offsets: list[int]) -> str:
