@@ -14,7 +14,8 @@ import torch
 
 from harness.case import Case, Tolerance
 from harness.goldens import EXACT_SUFFIX
-from harness.worker.ratio_allclose import Comparison, ratio_allclose
+from harness.worker.input_guard import InputWrite
+from harness.worker.ratio_allclose import Comparison, ratio_allclose, summarise_localisation
 from harness.worker.inputs import CaseInputs
 from harness.worker.launch import Launched, poison_mask
 from harness.outcomes import CHECK_PRECEDENCE, Outcome
@@ -68,6 +69,7 @@ def run_checks(case: Case, ci: CaseInputs, goldens: dict[str, torch.Tensor], lau
     findings += _guard_findings(ci, launched)
     if launched.returned:
         findings.append(Finding(Outcome.CONTRACT, f"return value: {launched.returned}"))
+    findings += [_input_finding(ci, w) for w in launched.inputs_written]
     for arg in ci.op.outputs:
         rows = ci.valid_rows if arg.name in ci.op.slot_masked_outputs else None
         findings += _output_findings(case, ci, arg.name, arg.axes, launched.outputs[arg.name],
@@ -168,6 +170,43 @@ def _side(offsets: list[int], name: str) -> str:
 
 def _span(offsets: list[int]) -> str:
     return f"{offsets[0]}..{offsets[-1]}" if len(offsets) > 1 else str(offsets[0])
+
+
+# -- read-only inputs -------------------------------------------------------------
+
+# What an input's dimension indexes, by its shape symbol (harness/ops.py); ``X*D`` columns are
+# heads of D.  Other dims (D, H, ...) are not localised.
+_INPUT_AXES = {"B": "batch", "T": "token", "max_pos": "position", "MB": "block", "Hq*D": "head",
+               "Hkv*D": "kv_head"}
+
+
+def _input_finding(ci: CaseInputs, write: InputWrite) -> Finding:
+    """``the kernel wrote into input q_proj: 4096 of 4096 elements changed in batch all 4, ...``"""
+    changed, axes = write.changed, []
+    shape = []
+    for sym, n in zip(ci.op.arg(write.name).shape, changed.shape):
+        axis = _INPUT_AXES.get(sym)
+        if sym.endswith("*D") and axis:          # split columns h*D + d into (head, dim)
+            D = ci.sizes["D"]
+            shape += [n // D, D]
+            axes += [axis, None]
+        else:
+            shape.append(n)
+            axes.append(axis)
+    changed = changed.reshape(shape)
+    n = int(changed.sum())
+    lines = []
+    for dim, axis in enumerate(axes):
+        if axis is not None:
+            other = [d for d in range(changed.dim()) if d != dim]
+            ratios = changed.float().mean(dim=other) if other else changed.float()
+            lines.append("  " + summarise_localisation(axis, ratios.tolist()))
+    first = f"first at index {write.first}: {write.was:.6g} before the launch, {write.now:.6g} after"
+    return Finding(
+        Outcome.CONTRACT,
+        f"the kernel wrote into input {write.name}: {n} of {changed.numel()} elements changed{_where(changed, axes)}",
+        "\n".join([f"  {first}", *lines]),
+    )
 
 
 # -- outputs --------------------------------------------------------------------

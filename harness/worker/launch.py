@@ -4,8 +4,9 @@ Every writable buffer (outputs and caches) is a view into a larger allocation
 whose guard bands hold a byte pattern: a write before the buffer start (the
 ``slot = -1`` bug on hardware) changes them.  Outputs are poisoned with a NaN
 whose payload no arithmetic produces, so "never written" and "computed NaN"
-are told apart.  The signature is verified before the call, the device is
-synchronized after it, and the returned value is held against the contract.
+are told apart.  The signature is verified before the call, the read-only inputs
+are copied before it (``input_guard``), the device is synchronized after it, and
+the returned value and the inputs are held against the contract.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from harness.worker.input_guard import InputSeal, InputWrite
 from harness.worker.inputs import CaseInputs
 
 GUARD_BYTE = 0xA5
@@ -79,6 +81,7 @@ class Launched:
     caches: dict[str, torch.Tensor]
     guard_damage: dict[str, tuple[list[int], list[int]]]
     returned: str | None               # None when the return value fits the contract, else what was wrong
+    inputs_written: tuple[InputWrite, ...] = ()   # read-only inputs the kernel changed
 
 
 def verify_signature(kernel: Callable, kwargs: dict[str, Any], op_name: str) -> None:
@@ -140,6 +143,7 @@ def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: 
     kwargs.update({name: buf.view for name, buf in buffers.items()})
 
     verify_signature(kernel, kwargs, ci.op.name)
+    seal = InputSeal({a.name: kwargs[a.name] for a in ci.op.by_role("input")})
     ret = kernel(**kwargs)
     synchronize()
 
@@ -149,4 +153,5 @@ def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: 
         caches={a.name: buffers[a.name].view.cpu() for a in ci.op.caches},
         guard_damage={name: buf.guard_damage() for name, buf in buffers.items()},
         returned=_returned_problem(ret, outputs),
+        inputs_written=seal.written(),
     )

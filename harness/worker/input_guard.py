@@ -1,0 +1,55 @@
+"""Writes into read-only inputs (runs in the device worker; docs/contracts.md, "Checks and outcomes").
+
+Every tensor the op contract gives the role ``input`` (``harness/ops.py``) is copied on its
+own device right before the launch and compared with that copy bit for bit after the
+device is synchronized.  A copy, not a digest: one ``clone`` and one ``torch.equal`` per
+input cost less than any digest eager torch can compute (a digest needs widened
+temporaries of the same size), the comparison cannot collide, and the copy is the pristine
+value that localises a change.  The price is device memory equal to the inputs (about
+2.3 GB for qwen3-14b ``decode_layers``, whose weights dominate, beside its 10 GB of
+caches).  Caches and outputs are not inputs: the other checks judge them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+
+# Same-sized integer views: compared bit for bit, so -0.0 vs 0.0 and NaN payloads count.
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@dataclass(frozen=True)
+class InputWrite:
+    """One input the kernel changed, on the CPU."""
+
+    name: str
+    changed: torch.Tensor          # bool, the input's shape: True where the bits differ
+    first: tuple[int, ...]         # index of the first changed element (row-major)
+    was: float                     # its value before the launch
+    now: float                     # and after
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(_BITS[t.element_size()])
+
+
+class InputSeal:
+    """Copies of the inputs a kernel is handed, taken on their device before it runs."""
+
+    def __init__(self, inputs: Mapping[str, torch.Tensor]) -> None:
+        self._given = dict(inputs)
+        self._copies = {name: t.clone() for name, t in self._given.items()}
+
+    def written(self) -> tuple[InputWrite, ...]:
+        """The inputs whose bits changed, in contract order; call after the device is synchronized."""
+        found = []
+        for name, now in self._given.items():
+            was = self._copies[name]
+            if torch.equal(_bits(now), _bits(was)):
+                continue
+            changed = (_bits(now) != _bits(was)).cpu()
+            first = tuple(int(i) for i in changed.nonzero()[0].tolist())
+            found.append(InputWrite(name, changed, first, float(was[first]), float(now[first])))
+        return tuple(found)
