@@ -21,10 +21,10 @@ EXPECTED = {
     "ref-layers": ("PASS", None),
     "ref-paged": ("PASS", None),
     "ref-warmup": ("PASS", None),
-    "unguarded-rope": ("OOB_WRITE", "guard band"),
-    "unguarded-fused": ("OOB_WRITE", "guard band"),
-    "unguarded-warmup": ("OOB_WRITE", "guard band"),
-    "unguarded-layers": ("OOB_WRITE", "guard band"),
+    "unguarded-rope": ("OOB_WRITE", "guard band overwritten: rows"),
+    "unguarded-fused": ("OOB_WRITE", "guard band overwritten: rows"),
+    "unguarded-warmup": ("OOB_WRITE", "guard band overwritten: rows"),
+    "unguarded-layers": ("OOB_WRITE", "guard band overwritten: rows"),
     "returns-query": ("CONTRACT", "returned the 'query' buffer"),
     "skip-rope": ("MISMATCH", "query"),
     "skip-rope-layers": ("MISMATCH", None),
@@ -41,6 +41,10 @@ EXPECTED = {
     "wrong-signature": ("CONTRACT", "scale"),
     "returns-new-tensor": ("CONTRACT", "not the 'out' buffer"),
     "npu-fault": ("DEVICE_FAULT", "AICORE"),
+    "zeroes-q-proj": ("CONTRACT", "the kernel wrote into input q_proj"),
+    "zeroes-positions": ("CONTRACT", "the kernel wrote into input positions"),
+    "normalises-q-proj": ("CONTRACT", "the kernel wrote into input q_proj"),
+    "clobbers-rope-cos": ("CONTRACT", "the kernel wrote into input rope_cos"),
 }
 
 
