@@ -71,12 +71,6 @@ def test_seal_finds_every_changed_element_bit_for_bit():
     assert (wi.name, wi.first, wi.was, wi.now) == ("i", (4,), 4.0, 7.0)
 
 
-def test_seal_copies_on_the_inputs_own_device():
-    x = torch.ones(3)
-    seal = InputSeal({"x": x})
-    assert seal._copies["x"].device == x.device and seal._copies["x"].data_ptr() != x.data_ptr()
-
-
 # -- hostile kernels -------------------------------------------------------------------------------
 
 def test_zeroing_q_proj_after_computing_right_is_contract():
