@@ -63,7 +63,8 @@ def _requirement(items) -> frozenset[str] | None:
             if inner:
                 found.append(inner)
     flush()
-    return max(found, key=lambda req: min(map(len, req)), default=None)
+    # the longest shortest literal; at a tie the fewer alternatives (one "507" beats ten 3-letter words)
+    return max(found, key=lambda req: (min(map(len, req)), -len(req)), default=None)
 
 
 def _flatten(items):
