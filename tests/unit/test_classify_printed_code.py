@@ -50,6 +50,9 @@ ACL_507018 = [
     "[ERROR] RUNTIME(4410,python):2026-11-30-10:00:00.000.001 [stream.cc:1404]4410 Synchronize: rtStreamSynchronize failed, ret=507018",
     "EH9999: [PID: 961] 2026-11-30-01:11:09.333.567 synchronize stream failed, runtime result = 507018[FUNC:ReportCallError]",
     "[ERROR] pypto: device 3 sync returned 507018",
+    "pypto kernel sync returned 507018",
+    "aclrtSynchronizeStream status: 507018",
+    "stream sync done, code=507018",
 ]
 PTO2_LINES = [
     ["orch_error_code=2, runtime_status=-2"],
@@ -148,6 +151,17 @@ def test_without_a_printed_code_the_error_id_is_the_label_and_without_one_there_
     assert (bare.fields["task_error"], bare.fields["core_id"]) == ("aicore exception", 4)
 
 
+def test_a_wrapped_report_and_windows_line_ends_keep_label_and_detail():
+    text = ("[ERROR] aclrtSynchronizeStream(stream) failed: 507018 (/ci/main.cpp:141)\r\n"
+            "EZ9999[PID: 40917] 2026-11-30-08:20:44.007.311 (EZ9999):  The error from device(chipId:0, dieId:0),\r\n"
+            "    serial number is 5, there is an exception of fftsplus aicore error,\r\n"
+            "    core id is 9, error code = 0, dump info: pc start: 0x124400000168\r\n"
+            "       The extend info: errcode:(0, 0x8000, 0) errorStr: timeout or trap error.\r\n")
+    c = _classify(text)
+    assert (_label(c), c.fields["core_kind"], c.fields["core_id"], c.fields["error_str"]) == (
+        "FAIL_507018", "fftsplus aicore", 9, "timeout or trap error")
+
+
 def test_torch_npu_names_a_code_in_words():
     c = _classify("", message="SUSPECT REMOTE ERROR")
     assert (_label(c), c.name) == ("FAIL_507057", "ACL_ERROR_RT_SUSPECT_REMOTE_ERROR")
@@ -163,6 +177,8 @@ def test_torch_npu_names_a_code_in_words():
     "[WARNING] latency 507.015 ms",
     "[ERROR] RUNTIME(507015,python):2026-11-30-10:00:00.000.001 [x.cc:1] request rejected",
     "[ERROR] 2026-11-30-10:00:00 (PID:507018, Device:0, RankID:-1) request rejected",
+    "[ERROR] worker (PID: 507018) exited",
+    "[ERROR] 2026-11-30 09:40:02.507018 request rejected",
     "error code is 5070150",
     "ValueError: expected 507015 rows, got 3",
     "there is an aicore error exception, core id is 507015",
