@@ -63,6 +63,7 @@ _SLOW_MATCHES = 256        # matches taken per rule that has no needle
 _SHARED_PREFIX = 6         # needles sharing this long a prefix are searched by the prefix
 _MAX_SECONDARY = 8
 _EVIDENCE_CHARS = 160
+_DETAIL_CHARS = 160        # the summary's "detail: core_id=9, retcode=0x26, ..." part
 # "[ERROR] RUNTIME(48211,python):2026-03-14-09:21:07.512.334 [task_info.cc:1412]48211 PrintErrorInfo: "
 _LOG_PREFIX = re.compile(r"^\s*\[(?:ERROR|WARNING|INFO|DEBUG|EVENT)\]\s+\S+?\(\d+,[^)]*\):\S+\s+"
                          r"(?:\[[^\]]*\]\s*)?(?:\d+\s+\w+:\s*)?")
@@ -237,8 +238,23 @@ def match_rules(text: str, rules: Sequence[Rule] | None = None) -> list[Hit]:
 
 
 def _evidence(line: str) -> str:
-    text = " ".join(_LOG_PREFIX.sub("", line).split())
-    return text if len(text) <= _EVIDENCE_CHARS else text[:_EVIDENCE_CHARS - 3] + "..."
+    return _clip(" ".join(_LOG_PREFIX.sub("", line).split()), _EVIDENCE_CHARS)
+
+
+def _detail(hits: list[Hit]) -> str:
+    """What the device's and the frameworks' reports said, for the one-line summary."""
+    said: dict[str, Any] = {}
+    for h in hits:
+        if h.rule.detail:
+            for k, v in h.groups.items():
+                if not k.startswith("_"):
+                    said.setdefault(k, v)
+    text = ", ".join(f"{k}={_clip(str(v), 40)}" for k, v in said.items())
+    return _clip(text, _DETAIL_CHARS)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _strength(hit: Hit) -> tuple[int, int, int]:
@@ -272,6 +288,9 @@ def _from_hits(hits: list[Hit], prefix: str = "") -> Classification | None:
     cascade = [label for label in secondary if label != named.label]
     if cascade:
         summary += f"; cascade: {', '.join(cascade)}"
+    detail = _detail(hits)
+    if detail:
+        summary += f"; detail: {detail}"
     summary += f" | {_evidence(cause.line)}"
     hint = next((h.hint for h in (cause, named, *sorted(hits, key=_strength)) if h.hint), None)
     return Classification(cause.outcome, named.code, summary, cause.sticky, cause.rule.name,

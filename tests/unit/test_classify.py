@@ -132,7 +132,8 @@ def test_summary_names_the_printed_code_the_cause_the_cascade_and_the_evidence()
     c = _classify("npu_a2_aicore_then_507018.log", {})
     assert c.name == "ACL_ERROR_RT_AICPU_EXCEPTION"
     assert c.summary.startswith("ACL_ERROR_RT_AICPU_EXCEPTION (507018): ")
-    assert "; cause: AI Core execution fault; cascade: FAIL_EZ9999 | " in c.summary
+    assert "; cause: AI Core execution fault; cascade: FAIL_EZ9999; detail: device_id=6, " in c.summary
+    assert "retcode=0x26, task_error=aicore exception" in c.summary and " | " in c.summary
     assert "The aicore execution is abnormal" in c.summary and "RUNTIME(" not in c.summary
 
 
