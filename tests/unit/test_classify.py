@@ -21,6 +21,7 @@ from harness.classify import (
     classify_exit,
     classify_text,
     classify_timeout,
+    combine_rules,
     default_rules,
     exit_line,
     load_rules,
@@ -316,6 +317,15 @@ def test_a_user_rule_file_loads_and_classifies(tmp_path):
          meaning: m
          codes: {1: {name: ONE, role: root}}
      """, "rules.yaml:7:34: rules[0].codes.1.role", "unknown role 'root'"),
+    ("""\
+     rules:
+       - name: a
+         pattern: 'x'
+         outcome: CRASH
+         sticky: true
+         meaning: m
+         detail: sometimes
+     """, "rules.yaml:7:13: rules[0].detail", "expected true or false"),
     ("rules: [\n", "rules.yaml:2:1", "invalid YAML: expected the node content, but found end of file"),
     ("tables: {}\n", "rules.yaml:1:1: rules", "missing required field 'rules'"),
 ])
@@ -392,6 +402,26 @@ def test_a_user_rule_may_use_builtin_tables(tmp_path):
     """))
     c = classify_text("rtStreamSynchronize failed, ret=507015", rules)
     assert (c.code, c.name) == (507015, "ACL_ERROR_RT_AICORE_EXCEPTION")
+
+
+def test_a_user_detail_rule_names_the_cause_but_the_printed_code_stays_the_label(tmp_path):
+    rules = load_rules(_write(tmp_path, """\
+        rules:
+          - name: mylib_status
+            pattern: 'MYLIB status=(?P<status>\\w+)'
+            code: MYLIB_STATUS
+            detail: true
+            outcome: DEVICE_FAULT
+            sticky: true
+            meaning: "mylib's own status line"
+            hint: read mylib's ring dump
+    """))
+    assert rules[0].detail
+    both = combine_rules(builtin_rules(), rules)
+    c = classify_text("MYLIB status=RING_STUCK\nerror code is 507018\n", both)
+    assert (c.code, c.rule, c.fields["status"], c.hint) == (507018, "mylib_status", "RING_STUCK", "read mylib's ring dump")
+    alone = classify_text("MYLIB status=RING_STUCK\n", both)
+    assert alone.code == "MYLIB_STATUS"                     # nothing printed a code: its own
 
 
 # -- bad input: size, bytes, speed ---------------------------------------------------------
