@@ -243,14 +243,19 @@ def _evidence(line: str) -> str:
 
 def _detail(hits: list[Hit]) -> str:
     """What the device's and the frameworks' reports said, for the one-line summary."""
-    said: dict[str, Any] = {}
-    for h in hits:
-        if h.rule.detail:
-            for k, v in h.groups.items():
-                if not k.startswith("_"):
-                    said.setdefault(k, v)
+    said = _fields(h for h in hits if h.rule.detail)
     text = ", ".join(f"{k}={_clip(str(v), 40)}" for k, v in said.items())
     return _clip(text, _DETAIL_CHARS)
+
+
+def _fields(hits: Iterable[Hit]) -> dict[str, Any]:
+    """The named groups of the hits, the first hit's value winning ("code" and "_x" are not fields)."""
+    fields: dict[str, Any] = {}
+    for h in hits:
+        for k, v in h.groups.items():
+            if k != "code" and not k.startswith("_"):
+                fields.setdefault(k, v)
+    return fields
 
 
 def _clip(text: str, limit: int) -> str:
@@ -272,11 +277,7 @@ def _from_hits(hits: list[Hit], prefix: str = "") -> Classification | None:
         if h.code is not None and h.label != cause.label and h.label not in secondary:
             secondary.append(h.label)
     secondary = secondary[:_MAX_SECONDARY]
-    fields: dict[str, Any] = {}
-    for h in (cause, named, *hits):
-        for k, v in h.groups.items():
-            if k != "code" and not k.startswith("_"):
-                fields.setdefault(k, v)
+    fields = _fields((cause, named, *hits))
     summary = f"{prefix}{named.title}: {named.meaning}"
     if cause is not named:
         if cause.code is not None:
