@@ -14,8 +14,9 @@ answers two questions:
   of rules that read a printed code (``error code is 507018``, ``failed:
   507015``, ``FAIL_507018``, ``EZ9999``, CUDA's error text) the same order
   picks one; a *detail* rule's code (the PTO2 status line, a signal) labels
-  only where none was printed, and a code nothing printed is never a label: the
-  AICore report names no code, so it is detail of whatever code was printed.
+  only where none was printed, and a code no report stands for is never a label:
+  the AICore report ends in 507014, 507015, 507018 or 507035 alike, so it names
+  no code and is detail of whatever code was printed.
 
 Every printed code other than the root cause's own is kept as a secondary label
 (``FAIL_507018``), and the named groups of all signatures (the root cause's
