@@ -53,6 +53,7 @@ ACL_507018 = [
     "pypto kernel sync returned 507018",
     "aclrtSynchronizeStream status: 507018",
     "stream sync done, code=507018",
+    "rtStreamSynchronize failed, ret=ACL_ERROR_RT_AICPU_EXCEPTION(507018)",
 ]
 PTO2_LINES = [
     ["orch_error_code=2, runtime_status=-2"],
