@@ -1,14 +1,27 @@
 """Name a failure from what the worker saw: the exception, its log, its exit status.
 
 The rules (``harness.classify.rules``) are signatures with a role.  The matcher
-finds every signature in the evidence, one per line (on a line matched by
-several rules: the strongest role, then the first rule in the list; user rules
-come before the built-ins), then picks the class: a cause anywhere beats a
-cascade, a cascade beats context, and among equals the earliest line wins.  The
-other signatures are kept as secondary labels (``FAIL_507018``), and the named
-groups of all of them (the class's first) become ``fields``.  A cause may be
-printed after the wrapper it explains (torch-npu prints the device's detail
-block after ``error code is 507018``), so a cause wins wherever it is.
+finds every signature in the evidence (each rule at most once per line), then
+answers two questions:
+
+* the *root cause* (the class: outcome, sticky, hint, rule): a cause anywhere
+  beats a cascade, a cascade beats context, and among equals the earliest line
+  wins (then the first rule in the list; user rules come before the
+  built-ins).  A cause may be printed after the wrapper it explains (torch-npu
+  prints the device's detail block after ``error code is 507018``), so a cause
+  wins wherever it is;
+* the *label* (the code): the code the runtime printed.  Among the signatures
+  of rules that read a printed code (``error code is 507018``, ``failed:
+  507015``, ``FAIL_507018``, ``EZ9999``, CUDA's error text) the same order
+  picks one; a *detail* rule's code (the PTO2 status line, a signal) labels
+  only where none was printed, and a code no report stands for is never a label:
+  the AICore report ends in 507014, 507015, 507018 or 507035 alike, so it names
+  no code and is detail of whatever code was printed.
+
+Every printed code other than the root cause's own is kept as a secondary label
+(``FAIL_507018``), and the named groups of all signatures (the root cause's
+first) become ``fields``; where the root cause is not what the label names, its
+name and code are added as ``cause`` and ``cause_code``.
 
 Speed: each rule's pattern is reduced, once, to the literal text any match
 must contain (its *needles*, ``harness.classify.needles``); the evidence is
@@ -51,6 +64,7 @@ _SLOW_MATCHES = 256        # matches taken per rule that has no needle
 _SHARED_PREFIX = 6         # needles sharing this long a prefix are searched by the prefix
 _MAX_SECONDARY = 8
 _EVIDENCE_CHARS = 160
+_DETAIL_CHARS = 160        # the summary's "detail: core_id=9, retcode=0x26, ..." part
 # "[ERROR] RUNTIME(48211,python):2026-03-14-09:21:07.512.334 [task_info.cc:1412]48211 PrintErrorInfo: "
 _LOG_PREFIX = re.compile(r"^\s*\[(?:ERROR|WARNING|INFO|DEBUG|EVENT)\]\s+\S+?\(\d+,[^)]*\):\S+\s+"
                          r"(?:\[[^\]]*\]\s*)?(?:\d+\s+\w+:\s*)?")
@@ -193,15 +207,13 @@ def _hit(rule: Rule, order: int, pos: int, line: str, m: re.Match) -> Hit:
 
 
 def match_rules(text: str, rules: Sequence[Rule] | None = None) -> list[Hit]:
-    """Every signature in the text, one per line (the strongest rule there), in evidence order."""
+    """Every signature in the text, each rule at most once per line, in evidence order."""
     rules = builtin_rules() if rules is None else tuple(rules)
     text = _bounded(text)
-    best: dict[int, Hit] = {}
+    found_hits: dict[tuple[int, int], Hit] = {}
 
     def offer(hit: Hit) -> None:
-        held = best.get(hit.pos)
-        if held is None or (hit.role.rank, hit.order) < (held.role.rank, held.order):
-            best[hit.pos] = hit
+        found_hits.setdefault((hit.pos, hit.order), hit)
 
     base = _base_needles({n for rule in rules for n in rule.needles})
     tried_through = {b: [(i, r) for i, r in enumerate(rules) if any(b in n for n in r.needles)] for b in base}
@@ -223,34 +235,68 @@ def match_rules(text: str, rules: Sequence[Rule] | None = None) -> list[Hit]:
                 break
             start, end = _line_span(text, m.start())
             offer(_hit(rule, order, start, text[start:end], m))
-    return sorted(best.values(), key=lambda h: h.pos)
+    return [found_hits[key] for key in sorted(found_hits)]
 
 
 def _evidence(line: str) -> str:
-    text = " ".join(_LOG_PREFIX.sub("", line).split())
-    return text if len(text) <= _EVIDENCE_CHARS else text[:_EVIDENCE_CHARS - 3] + "..."
+    return _clip(" ".join(_LOG_PREFIX.sub("", line).split()), _EVIDENCE_CHARS)
+
+
+def _detail(hits: list[Hit]) -> str:
+    """What the device's and the frameworks' reports said, for the one-line summary."""
+    said = _fields(h for h in hits if h.rule.detail)
+    text = ", ".join(f"{k}={_clip(str(v), 40)}" for k, v in said.items())
+    return _clip(text, _DETAIL_CHARS)
+
+
+def _fields(hits: Iterable[Hit]) -> dict[str, Any]:
+    """The named groups of the hits, the first hit's value winning ("code" and "_x" are not fields)."""
+    fields: dict[str, Any] = {}
+    for h in hits:
+        for k, v in h.groups.items():
+            if k != "code" and not k.startswith("_"):
+                fields.setdefault(k, v)
+    return fields
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _strength(hit: Hit) -> tuple[int, int, int]:
+    return hit.role.rank, hit.pos, hit.order
 
 
 def _from_hits(hits: list[Hit], prefix: str = "") -> Classification | None:
     if not hits:
         return None
-    primary = min(hits, key=lambda h: (h.role.rank, h.pos, h.order))
+    cause = min(hits, key=_strength)
+    printed = [h for h in hits if h.code is not None and not h.rule.detail]
+    named = min(printed, key=_strength) if printed else cause
     secondary: list[str] = []
     for h in hits:
-        if h is not primary and h.label != primary.label and h.label not in secondary:
+        if h.code is not None and h.label != cause.label and h.label not in secondary:
             secondary.append(h.label)
     secondary = secondary[:_MAX_SECONDARY]
-    fields: dict[str, Any] = {}
-    for h in (primary, *hits):
-        for k, v in h.groups.items():
-            if k != "code" and not k.startswith("_"):
-                fields.setdefault(k, v)
-    summary = f"{prefix}{primary.title}: {primary.meaning}"
-    if secondary:
-        summary += f"; cascade: {', '.join(secondary)}"
-    summary += f" | {_evidence(primary.line)}"
-    return Classification(primary.outcome, primary.code, summary, primary.sticky, primary.rule.name,
-                          tuple(secondary), fields, primary.hint, primary.name)
+    fields = _fields((cause, named, *hits))
+    summary = f"{prefix}{named.title}: {named.meaning}"
+    if cause is not named:
+        if cause.code is not None:
+            fields.setdefault("cause_code", cause.code)
+        if cause.name:
+            fields.setdefault("cause", cause.name)
+        summary += f"; cause: {cause.title}: {cause.meaning}" if cause.name or cause.code is not None \
+            else f"; cause: {cause.meaning}"
+    cascade = [label for label in secondary if label != named.label]
+    if cascade:
+        summary += f"; cascade: {', '.join(cascade)}"
+    detail = _detail(hits)
+    if detail:
+        summary += f"; detail: {detail}"
+    summary += f" | {_evidence(cause.line)}"
+    hint = next((h.hint for h in (cause, named, *sorted(hits, key=_strength)) if h.hint), None)
+    return Classification(cause.outcome, named.code, summary, cause.sticky, cause.rule.name,
+                          tuple(secondary), fields, hint, named.name)
 
 
 def classify_text(text: str, rules: Sequence[Rule] | None = None) -> Classification | None:

@@ -19,6 +19,7 @@ except ImportError:                     # pragma: no cover - Python 3.10
 __all__ = ["needles"]
 
 _MIN_NEEDLE = 3             # a shorter literal is on too many lines to narrow the search
+_SELECTIVE = 6              # a literal this long is rare enough: fewer needles matter more than length
 
 _REPEATS = tuple(op for op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, getattr(_sre, "POSSESSIVE_REPEAT", None)) if op)
 _GROUPS = tuple(op for op in (_sre.SUBPATTERN, getattr(_sre, "ATOMIC_GROUP", None)) if op)
@@ -53,6 +54,11 @@ def _requirement(items) -> frozenset[str] | None:
             continue
         if op is _sre.AT:           # zero width: literals either side stay adjacent
             continue
+        if op is _sre.BRANCH and run and all(leads := [_lead(branch) for branch in av[1]]):
+            # re's parser moves a prefix the alternatives share out of them ("100|107" becomes
+            # "1" + "00|07"): put it back, so the needles are "100" and "107", not "1"
+            prefix = "".join(run)
+            found.append(frozenset(prefix + lead for lead in leads))
         flush()
         if op is _sre.BRANCH:
             alternatives = [_requirement(branch) for branch in av[1]]
@@ -63,7 +69,21 @@ def _requirement(items) -> frozenset[str] | None:
             if inner:
                 found.append(inner)
     flush()
-    return max(found, key=lambda req: min(map(len, req)), default=None)
+    # the longest shortest literal, up to _SELECTIVE; then the fewest alternatives (each is one more
+    # pass over the evidence: one "507" beats ten 3-letter words, one "Error: " six long names);
+    # then the longest
+    return max(found, key=lambda req: (min(_SELECTIVE, *map(len, req)), -len(req), min(map(len, req))),
+               default=None)
+
+
+def _lead(items) -> str:
+    """The literal text a parsed sequence starts with."""
+    lead: list[str] = []
+    for op, av in _flatten(items):
+        if op is not _sre.LITERAL:
+            break
+        lead.append(chr(av))
+    return "".join(lead)
 
 
 def _flatten(items):

@@ -13,6 +13,12 @@ context is poisoned: the worker must be replaced), a meaning, a hint, and a
 * ``context`` is an annotation that names no fault on its own (an ``EZ9999``
   header, a bare "task failed" line).
 
+A rule may also be *detail* (``detail: true``): the device's or a framework's
+own report of what happened (the AICore block with its core id and errorStr, a
+task's retCode, the PTO2 status line, a signal).  It can name the root cause,
+but the label is a code the runtime printed: a detail rule's code labels the
+failure only where no other rule found a printed code.
+
 A code table maps a rule's code (or another of its groups, ``lookup``) to a
 name, a meaning, and overrides of outcome, sticky, role, hint or code: one rule
 ``error code is 507\\d{3}`` covers the whole ACL runtime range, 507018 being a
@@ -100,6 +106,7 @@ class Rule:
     lookup: str | None = None                # group whose value keys ``codes`` (default: the code)
     codes: Mapping[Any, CodeInfo] = field(default_factory=dict)
     source: str = ""                         # where the rule was written: ``builtin.yaml:120``
+    detail: bool = False                     # the rule's code labels only where no runtime code was printed
     needles: tuple[str, ...] = ()            # derived: one of these is in every line the pattern matches
 
     def __post_init__(self) -> None:
@@ -117,7 +124,7 @@ class RulesError(LocatedError):
 
 _TOP_KEYS = ("version", "tables", "rules")
 _RULE_KEYS = ("name", "pattern", "outcome", "sticky", "meaning", "role", "hint", "code", "code_groups",
-              "lookup", "codes")
+              "lookup", "codes", "detail")
 _REQUIRED = ("name", "pattern", "outcome", "sticky", "meaning")
 _ENTRY_KEYS = ("name", "meaning", "hint", "outcome", "sticky", "role", "code")
 _OUTCOMES = tuple(o.value for o in Outcome if o not in (Outcome.PASS, Outcome.NEAR_TIE))
@@ -292,6 +299,7 @@ def _rule(f: _File, node: yaml.Node, where: Where, tables: Mapping[str, Mapping[
         code_groups=code_groups,
         lookup=_group(f, *get["lookup"], pattern) if "lookup" in get else None,
         codes=codes,
+        detail=_bool(f, *get["detail"]) if "detail" in get else False,
         source=f"{where.path}:{where.line}",
     )
 

@@ -40,7 +40,7 @@ EXPECTED = {
     "nan-head": ("NONFINITE", "head [1]"),
     "wrong-signature": ("CONTRACT", "scale"),
     "returns-new-tensor": ("CONTRACT", "not the 'out' buffer"),
-    "npu-fault": ("DEVICE_FAULT", "AICORE"),
+    "npu-fault": ("DEVICE_FAULT", "AI Core"),
     "zeroes-q-proj": ("CONTRACT", "the kernel wrote into input q_proj"),
     "zeroes-positions": ("CONTRACT", "the kernel wrote into input positions"),
     "normalises-q-proj": ("CONTRACT", "the kernel wrote into input q_proj"),
@@ -83,5 +83,5 @@ def test_mismatch_report_localises_the_corrupted_head(bug_results):
 def test_root_cause_names_the_device_fault_and_keeps_the_cascade(bug_results):
     results, _ = bug_results
     fault = results["npu-fault"]
-    assert fault["label"] == "FAIL_507015"            # the AICore exception printed before 507018
+    assert fault["label"] == "FAIL_507018"            # the code printed; the AICore exception is the cause
     assert "FAIL_507018" in fault["metrics"]["secondary"]

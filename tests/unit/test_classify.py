@@ -21,6 +21,7 @@ from harness.classify import (
     classify_exit,
     classify_text,
     classify_timeout,
+    combine_rules,
     default_rules,
     exit_line,
     load_rules,
@@ -128,21 +129,24 @@ def test_a_clean_pto2_status_line_is_not_an_error():
     assert classify_text("PTO2 run done: orch_error_code=0 sched_error_code=0 runtime_status=0") is None
 
 
-def test_summary_names_the_code_the_cascade_and_the_evidence():
+def test_summary_names_the_printed_code_the_cause_the_cascade_and_the_evidence():
     c = _classify("npu_a2_aicore_then_507018.log", {})
-    assert c.name == "ACL_ERROR_RT_AICORE_EXCEPTION"
-    assert c.summary.startswith("ACL_ERROR_RT_AICORE_EXCEPTION (507015): ")
-    assert "cascade: FAIL_507018" in c.summary
+    assert c.name == "ACL_ERROR_RT_AICPU_EXCEPTION"
+    assert c.summary.startswith("ACL_ERROR_RT_AICPU_EXCEPTION (507018): ")
+    assert "; cause: AI Core execution fault; cascade: FAIL_EZ9999; detail: device_id=6, " in c.summary
+    assert "retcode=0x26, task_error=aicore exception" in c.summary and " | " in c.summary
     assert "The aicore execution is abnormal" in c.summary and "RUNTIME(" not in c.summary
 
 
 # -- root cause first ------------------------------------------------------------------------
 
 def test_existing_contract_root_cause_printed_first_wins():
+    """The orchestration error is the class; the code the runtime printed is the label."""
     log = ("[ERROR] PTO2 orch_error_code=2 sched_error_code=0 runtime_status=-2\n"
            "RuntimeError: NPU function error: aclrtSynchronizeStream, error code is 507018\n")
     c = classify_exception("launch", "RuntimeError", "error code is 507018", "", log)
-    assert (c.outcome, c.code, c.sticky, c.secondary) == (Outcome.ORCH_ERROR, 2, True, ("FAIL_507018",))
+    assert (c.outcome, c.code, c.sticky, c.secondary) == (Outcome.ORCH_ERROR, 507018, True, ("FAIL_507018",))
+    assert (c.fields["orch_error_code"], c.fields["cause"]) == (2, "HEAP_RING_DEADLOCK")
 
 
 def test_a_cascade_alone_is_the_class():
@@ -156,7 +160,7 @@ def test_a_cause_beats_cascades_printed_before_it_and_context_yields_to_both():
             "error code is 507046\n"
             "there is an exception of fftsplus aivector error, core id is 5\n")
     c = classify_text(text)
-    assert (c.code, c.rule) == (507035, "npu_vector_core_exception")
+    assert (c.code, c.rule) == (507018, "npu_vector_core_exception")    # the cause; the earliest cascade code
     assert c.secondary == ("FAIL_EZ9999", "FAIL_507018", "FAIL_507046")
     assert classify_text(text.rsplit("there", 1)[0]).code == 507018     # earliest cascade
     assert classify_text("EZ9999: Inner Error!\n").code == "EZ9999"     # context, alone
@@ -313,6 +317,15 @@ def test_a_user_rule_file_loads_and_classifies(tmp_path):
          meaning: m
          codes: {1: {name: ONE, role: root}}
      """, "rules.yaml:7:34: rules[0].codes.1.role", "unknown role 'root'"),
+    ("""\
+     rules:
+       - name: a
+         pattern: 'x'
+         outcome: CRASH
+         sticky: true
+         meaning: m
+         detail: sometimes
+     """, "rules.yaml:7:13: rules[0].detail", "expected true or false"),
     ("rules: [\n", "rules.yaml:2:1", "invalid YAML: expected the node content, but found end of file"),
     ("tables: {}\n", "rules.yaml:1:1: rules", "missing required field 'rules'"),
 ])
@@ -391,6 +404,26 @@ def test_a_user_rule_may_use_builtin_tables(tmp_path):
     assert (c.code, c.name) == (507015, "ACL_ERROR_RT_AICORE_EXCEPTION")
 
 
+def test_a_user_detail_rule_names_the_cause_but_the_printed_code_stays_the_label(tmp_path):
+    rules = load_rules(_write(tmp_path, """\
+        rules:
+          - name: mylib_status
+            pattern: 'MYLIB status=(?P<status>\\w+)'
+            code: MYLIB_STATUS
+            detail: true
+            outcome: DEVICE_FAULT
+            sticky: true
+            meaning: "mylib's own status line"
+            hint: read mylib's ring dump
+    """))
+    assert rules[0].detail
+    both = combine_rules(builtin_rules(), rules)
+    c = classify_text("MYLIB status=RING_STUCK\nerror code is 507018\n", both)
+    assert (c.code, c.rule, c.fields["status"], c.hint) == (507018, "mylib_status", "RING_STUCK", "read mylib's ring dump")
+    alone = classify_text("MYLIB status=RING_STUCK\n", both)
+    assert alone.code == "MYLIB_STATUS"                     # nothing printed a code: its own
+
+
 # -- bad input: size, bytes, speed ---------------------------------------------------------
 
 def test_a_100mb_log_with_bad_bytes_reads_bounded_and_classifies(tmp_path):
@@ -404,7 +437,7 @@ def test_a_100mb_log_with_bad_bytes_reads_bounded_and_classifies(tmp_path):
     c = classify_exception("launch", "RuntimeError", "error code is 507018", "", text)
     elapsed = time.perf_counter() - started
     assert len(text) <= (16 << 20) + 16
-    assert (c.code, c.secondary) == (507015, ("FAIL_507018",))
+    assert (c.code, c.rule, c.secondary) == (507018, "npu_aicore_exception", ("FAIL_507018",))
     assert elapsed < 5.0                          # the bench measures it; this only catches a blow-up
 
 
@@ -420,7 +453,7 @@ def test_classifying_a_10mb_log_is_fast(tmp_path):
     started = time.perf_counter()
     c = classify_exception("launch", "RuntimeError", "error code is 507018", "", read_log(path))
     elapsed = time.perf_counter() - started
-    assert (c.code, c.secondary) == (507015, ("FAIL_507018",))
+    assert (c.code, c.rule, c.secondary) == (507018, "npu_aicore_abnormal", ("FAIL_507018",))
     assert elapsed < 3.0, elapsed                 # goal 0.3 s (bench/bench_classify.py); loose under -n
 
 
@@ -433,7 +466,7 @@ def test_spam_of_one_signature_keeps_first_and_last():
     lines = [f"warning {i}: error code is 507018" for i in range(5000)]
     lines.insert(4000, "The aicore execution is abnormal, device_id=0")
     c = classify_text("\n".join(lines) + "\nerror code is 507046\n")
-    assert c.code == 507015          # found through its own needle, whatever the spam
+    assert (c.code, c.rule) == (507018, "npu_aicore_abnormal")   # found through its own needle, whatever the spam
     assert set(c.secondary) == {"FAIL_507018", "FAIL_507046"}
 
 

@@ -173,7 +173,7 @@ def test_root_cause_printed_first_wins_and_the_cascade_is_kept():
     log = ("[ERROR] PTO2 orch_error_code=2 sched_error_code=0 runtime_status=-2\n"
            "RuntimeError: NPU function error: aclrtSynchronizeStream, error code is 507018\n")
     c = classify_exception("launch", "RuntimeError", "error code is 507018", "", log)
-    assert (c.outcome, c.code, c.sticky) == (Outcome.ORCH_ERROR, 2, True)
+    assert (c.outcome, c.code, c.sticky) == (Outcome.ORCH_ERROR, 507018, True)   # the label: the printed code
     assert c.secondary == ("FAIL_507018",)
 
 
