@@ -10,6 +10,7 @@ rebuilding here, below the renderers, which only read the document.
 from __future__ import annotations
 
 from harness.bisect.driver import BisectState
+from harness.bisect.session import devices_provenance
 from harness.errors import UsageError
 from harness.flake.summary import summarize_hunt
 from harness.outcomes import Result
@@ -26,6 +27,7 @@ def stored_document(store: Store, run_id: str) -> dict:
     kind = run["kind"]
     extra = run["extra"]
     keys: dict = {"kind": kind, "run_id": run_id, "shard": extra.get("shard")}
+    provenance = run["provenance"]
     if kind in ("compare", "bisect"):
         children = store.children(run_id)
         results: list[Result] = [r for child in children for r in store.results(child["run_id"])]
@@ -40,13 +42,15 @@ def stored_document(store: Store, run_id: str) -> dict:
             state = BisectState.from_dict(extra["bisect"]["state"])
             keys["bisect"] = state.report()
             keys["refs"] = state.endpoint_refs()
+            if "devices" not in provenance:     # an unfinished bisect, or one stored by an older harness
+                provenance = {**provenance, "devices": devices_provenance(store, run_id)}
     else:
         results = store.results(run_id, include_resumes=True)
         if kind == "flake":
             conf = (extra.get("flake") or {}).get("conf", 0.95)
             keys["flake"] = {case_id: s.to_json() for case_id, s in summarize_hunt(results, conf).items()}
     doc = build_document(results, started=run["started"], devices=run["devices"], command=run["command"],
-                         provenance=run["provenance"], **keys)
+                         provenance=provenance, **keys)
     doc["finished"] = run["finished"]
     doc["host"] = run["host"]
     doc["harness_version"] = run["harness_version"]
