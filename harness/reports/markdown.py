@@ -130,6 +130,10 @@ def _bisect(doc: Mapping[str, Any]) -> list[str]:
     else:
         lines.append(f"**{escape(report['verdict'])}** after {report['runs']} runs "
                      f"(best {100 * report['probability']:.1f}%)")
+    for seen in report.get("also_seen") or []:      # failures other than the signature: a finding
+        where = "..".join(dict.fromkeys((seen["first"][:12], seen["last"][:12])))
+        lines += ["", f"Also seen: **{escape(seen['label'])}** at `{where}` (commits "
+                      f"{seen['first_index']}..{seen['last_index']}; {seen['runs']} runs)"]
     p = report.get("p") or {}
     if p.get("sightings"):
         lines.append("")
