@@ -109,16 +109,20 @@ def other_failures(results: list[Result], signature: Signature | None) -> list[s
 
 @dataclass(frozen=True)
 class AlsoSeen:
-    """A failure other than the signature, seen during the bisect: where and how often.
-
-    ``first``/``last`` are the lowest and highest commit indices it was seen at, ``commits``
-    how many distinct commits, ``runs`` in how many runs."""
+    """A failure other than the signature, seen during the bisect: ``at`` the commit indices it
+    was seen at (ascending, each once), ``runs`` in how many runs."""
 
     label: str
-    first: int
-    last: int
-    commits: int
+    at: tuple[int, ...]
     runs: int
+
+    @property
+    def first(self) -> int:
+        return self.at[0]
+
+    @property
+    def last(self) -> int:
+        return self.at[-1]
 
 
 @dataclass
@@ -158,7 +162,7 @@ class BisectState:
         for step in self.steps:
             for label in step.get("others", ()):
                 where.setdefault(label, []).append(step["index"])
-        found = [AlsoSeen(label, min(at), max(at), len(set(at)), len(at)) for label, at in where.items()]
+        found = [AlsoSeen(label, tuple(sorted(set(at))), len(at)) for label, at in where.items()]
         return sorted(found, key=lambda a: (-a.runs, a.label))
 
     def to_dict(self) -> dict[str, Any]:
@@ -178,6 +182,14 @@ class BisectState:
         return [{"name": name, "sha": c.sha, "subject": c.subject}
                 for name, c in (("good", self.commits[0]), ("bad", self.commits[-1]))]
 
+    def _also_seen(self, seen: AlsoSeen, culprit: int | None) -> dict[str, Any]:
+        """``before``: the commits before the first bad one (or range) where it showed, as
+        ``[first sha, last sha]``: a bug older than the culprit, null when there is none."""
+        before = [i for i in seen.at if culprit is not None and i < culprit]
+        return {"label": seen.label, "first": self.commits[seen.first].sha, "last": self.commits[seen.last].sha,
+                "first_index": seen.first, "last_index": seen.last, "commits": len(seen.at), "runs": seen.runs,
+                "before": [self.commits[before[0]].sha, self.commits[before[-1]].sha] if before else None}
+
     def report(self) -> dict[str, Any]:
         answer = self.search.answer()
         post = self.search.posterior()
@@ -192,9 +204,7 @@ class BisectState:
                        "runs": t.runs, "sightings": t.sightings, "skipped": t.skipped,
                        "posterior": float(post[t.index]) if t.index else None}
                       for t in self.search.tally()],
-            "also_seen": [{"label": a.label, "first": self.commits[a.first].sha, "last": self.commits[a.last].sha,
-                           "first_index": a.first, "last_index": a.last, "commits": a.commits, "runs": a.runs}
-                          for a in self.also_seen()],
+            "also_seen": [self._also_seen(a, answer.first) for a in self.also_seen()],
         }
         if answer.first is not None:
             first, last = self.commits[answer.first], self.commits[answer.last]

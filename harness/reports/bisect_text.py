@@ -30,6 +30,10 @@ def also_seen_lines(report: dict[str, Any]) -> list[str]:
                    else f"commit {a['first_index']}")
         lines.append(f"also seen: {a['label']} at {where} ({commits} of 0..{n}; in {a['runs']} "
                      f"run{'s' * (a['runs'] != 1)} at {a['commits']} commit{'s' * (a['commits'] != 1)})")
+        if a.get("before"):
+            first, last = (sha[:12] for sha in a["before"])
+            lines.append(f"  {a['label']} showed before the first bad commit too ({first if first == last else f'{first}..{last}'}): "
+                         f"another bug; bisect it with --signature {a['label']}")
     return lines
 
 

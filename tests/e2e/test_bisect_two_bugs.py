@@ -61,6 +61,7 @@ def test_each_signature_names_its_culprit_and_the_other_failure_is_a_finding(tmp
     assert not any(t["skipped"] for t in report["tally"])      # the MISMATCH runs were clean runs, not skips
     (mismatch,) = report["also_seen"]
     assert mismatch["label"] == "MISMATCH" and mismatch["first_index"] >= info.culprit   # sightings never lie
+    assert (mismatch["before"] is not None) == (mismatch["first_index"] < info.second)
     # the bisect's own times and the devices' provenance, as the store has them
     with sqlite3.connect(tmp_path / "r.sqlite") as conn:
         started, finished = conn.execute("SELECT started, finished FROM runs WHERE kind = 'bisect'").fetchone()

@@ -84,9 +84,13 @@ def test_two_bugs_each_signature_finds_its_own_culprit(n, race_at, hang_at, seed
     assert mismatch.label == "MISMATCH" and mismatch.first >= race_at      # a sighting never lies
     report = hang.report()
     assert report["also_seen"][0]["first"] == hang.commits[mismatch.first].sha
+    before = [i for i in mismatch.at if i < hang_at]
+    assert report["also_seen"][0]["before"] == ([hang.commits[before[0]].sha, hang.commits[before[-1]].sha]
+                                                if before else None)
     text = "\n".join(render_bisect(hang, report, started=0.0, finished=75.0))
     assert f"first bad commit: {hang.commits[hang_at].sha}" in text
     assert f"also seen: MISMATCH at {hang.commits[mismatch.first].short}.." in text
+    assert ("another bug; bisect it with --signature MISMATCH" in text) == bool(before)
     assert "started 1970-01-01 00:00:00 UTC, finished 1970-01-01 00:01:15 UTC (1m 15s)" in text
 
     race = _bisect("MISMATCH", n, race_at, hang_at, seed + 100)
