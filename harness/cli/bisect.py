@@ -7,6 +7,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -44,6 +45,10 @@ class Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def _sigterm_stops() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():     # only the main thread gets signals
+        yield
+        return
+
     def stop(signum, frame):
         signal.signal(signal.SIGTERM, previous)      # a second SIGTERM ends the process at once
         raise Terminated

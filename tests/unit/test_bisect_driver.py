@@ -106,3 +106,24 @@ def test_steps_saved_by_an_older_harness_still_read():
     state = BisectState.from_dict(old)
     assert state.also_seen() == [] and state.report()["also_seen"] == []
     assert BisectState.from_dict(state.to_dict()).steps == state.steps
+
+
+def test_a_stored_bisect_document_has_its_own_times_and_the_devices_provenance():
+    from harness.store import MemoryStore
+    from harness.stored import stored_document
+
+    store = MemoryStore()
+    state = BisectState(_commits(2), FlakyBisect(2), Signature.parse("HANG"))
+    parent = store.start_run(command=["harness", "bisect"], devices=["cpu"], kind="bisect",
+                             extra={"bisect": {"state": state.to_dict()}})
+    step = store.start_run(command=["harness", "bisect"], devices=["cpu"], kind="bisect-step", parent_id=parent)
+    store.add_result(step, _result(Outcome.MISMATCH))
+    store.finish_run(step, {}, provenance={"devices": {"cpu": {"torch": "2.13.0+cpu"}}})
+    state.record(2, [_result(Outcome.MISMATCH)], step)
+    store.update_extra(parent, {"bisect": {"state": state.to_dict()}})
+    # unfinished (or stored by an older harness, without devices): the steps' reports are read
+    doc = stored_document(store, parent)
+    assert doc["provenance"]["devices"] == {"cpu": {"torch": "2.13.0+cpu"}}
+    run = store.run(parent)
+    assert doc["started"] == run["started"] and doc["finished"] is None
+    assert doc["bisect"]["also_seen"][0]["label"] == "MISMATCH"
