@@ -74,6 +74,8 @@ class Signature:
 
 SIGHTED, CLEAN, UNTESTABLE = "sighted", "clean", "untestable"
 
+# The conclusions that name the first bad commit (or the range it is in).
+_NAMED = (Conclusion.FOUND, Conclusion.SKIPPED_RANGE)
 # Results that say nothing about the kernel: it was not built or imported, the harness broke, no device.
 _NOT_RUN = (Outcome.BUILD_ERROR, Outcome.HARNESS_ERROR, Outcome.SKIPPED)
 
@@ -183,8 +185,9 @@ class BisectState:
                 for name, c in (("good", self.commits[0]), ("bad", self.commits[-1]))]
 
     def _also_seen(self, seen: AlsoSeen, culprit: int | None) -> dict[str, Any]:
-        """``before``: the commits before the first bad one (or range) where it showed, as
-        ``[first sha, last sha]``: a bug older than the culprit, null when there is none."""
+        """``before``: the commits before the first bad one (or range; ``culprit`` None when the
+        bisect names none) where it showed, as ``[first sha, last sha]``: a bug older than the
+        culprit; null when there is none."""
         before = [i for i in seen.at if culprit is not None and i < culprit]
         return {"label": seen.label, "first": self.commits[seen.first].sha, "last": self.commits[seen.last].sha,
                 "first_index": seen.first, "last_index": seen.last, "commits": len(seen.at), "runs": seen.runs,
@@ -204,7 +207,8 @@ class BisectState:
                        "runs": t.runs, "sightings": t.sightings, "skipped": t.skipped,
                        "posterior": float(post[t.index]) if t.index else None}
                       for t in self.search.tally()],
-            "also_seen": [self._also_seen(a, answer.first) for a in self.also_seen()],
+            "also_seen": [self._also_seen(a, answer.first if answer.conclusion in _NAMED else None)
+                          for a in self.also_seen()],
         }
         if answer.first is not None:
             first, last = self.commits[answer.first], self.commits[answer.last]

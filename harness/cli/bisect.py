@@ -144,6 +144,8 @@ def _bisect(args, signature: Signature | None, store: Store, started: list[str])
                 labels = ", ".join(sorted({r.label for r in results}))
                 best = (f"; best {state.commits[answer.first].short} {100 * answer.probability:.1f}%"
                         if answer.first is not None else "")
+                if observed == CLEAN and any(r.outcome.failed for r in results):
+                    observed = f"clean (no {state.signature})"      # other failures do not hide its absence
                 print(f"step {len(state.steps)}: {state.commits[index].short} ({where}) {observed} [{labels}]{best}",
                       flush=True)
 

@@ -127,3 +127,12 @@ def test_a_stored_bisect_document_has_its_own_times_and_the_devices_provenance()
     run = store.run(parent)
     assert doc["started"] == run["started"] and doc["finished"] is None
     assert doc["bisect"]["also_seen"][0]["label"] == "MISMATCH"
+
+
+def test_before_the_culprit_is_said_only_when_the_bisect_names_one():
+    state = BisectState(_commits(8), FlakyBisect(8, max_runs=2), Signature.parse("HANG"))
+    state.record(8, [_result(Outcome.HANG)], "r1")
+    state.record(3, [_result(Outcome.MISMATCH)], "r2")
+    report = state.report()
+    assert report["verdict"] == "UNDECIDED"
+    assert report["also_seen"][0]["label"] == "MISMATCH" and report["also_seen"][0]["before"] is None
