@@ -543,11 +543,11 @@ class Store:
 
     def history(self, case_pattern: str | Callable[[str], bool]) -> list[dict]:
         """Per run and case id matching ``case_pattern`` (glob with ``*``/``?``, else substring, or a
-        predicate): when, kind, host, ref, devices, outcome and label counts.  Oldest run first."""
+        predicate): when, kind, parent run, host, ref, devices, outcome and label counts.  Oldest run first."""
         matches = _matcher(case_pattern)
         rows = self._query(
             "SELECT x.run_id, x.case_id, x.ref, x.device, x.outcome, x.label, x.created_at, r.started, r.kind, "
-            "r.host, r.ref_sha, r.harness_version FROM results x LEFT JOIN runs r ON r.run_id = x.run_id "
+            "r.parent_id, r.host, r.ref_sha, r.harness_version FROM results x LEFT JOIN runs r ON r.run_id = x.run_id "
             "ORDER BY COALESCE(r.started, x.created_at), x.run_id, x.id")
         groups: dict[tuple, dict] = {}
         for row in rows:
@@ -559,7 +559,8 @@ class Store:
                 g = groups[key] = {
                     "run_id": row["run_id"], "case_id": row["case_id"], "ref": row["ref"], "ref_sha": row["ref_sha"],
                     "started": row["started"] if row["started"] is not None else row["created_at"],
-                    "kind": row["kind"], "host": row["host"], "harness_version": row["harness_version"],
+                    "kind": row["kind"], "parent_id": row["parent_id"], "host": row["host"],
+                    "harness_version": row["harness_version"],
                     "devices": [], "total": 0, "passed": 0, "failed": 0, "counts": Counter(), "outcomes": Counter()}
             if row["device"] and row["device"] not in g["devices"]:
                 g["devices"].append(row["device"])

@@ -1,4 +1,5 @@
-"""The report document of a stored run, whatever its kind, for ``harness report RUN_ID``.
+"""What the store holds, for the front ends: the report document of a stored run, whatever its
+kind (``harness report RUN_ID``), and a case's history across runs (``harness history``).
 
 A plain run (``run``, ``pytest``) is its own results; a flake hunt adds its
 per-case summaries; ``compare`` and ``bisect`` keep their results in child runs
@@ -6,10 +7,17 @@ per-case summaries; ``compare`` and ``bisect`` keep their results in child runs
 is rebuilt from what the store holds, so any stored run renders in any format.
 The domain modules (flake summaries, the compare table, the bisect state) do the
 rebuilding here, below the renderers, which only read the document.
+
+In a history a session's child runs (a bisect's steps, a compare's refs) are one entry
+under their parent, not one unrelated line each.
 """
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
+
 from harness.bisect.driver import BisectState
+from harness.bisect.session import devices_provenance
 from harness.errors import UsageError
 from harness.flake.summary import summarize_hunt
 from harness.outcomes import Result
@@ -26,6 +34,7 @@ def stored_document(store: Store, run_id: str) -> dict:
     kind = run["kind"]
     extra = run["extra"]
     keys: dict = {"kind": kind, "run_id": run_id, "shard": extra.get("shard")}
+    provenance = run["provenance"]
     if kind in ("compare", "bisect"):
         children = store.children(run_id)
         results: list[Result] = [r for child in children for r in store.results(child["run_id"])]
@@ -40,14 +49,75 @@ def stored_document(store: Store, run_id: str) -> dict:
             state = BisectState.from_dict(extra["bisect"]["state"])
             keys["bisect"] = state.report()
             keys["refs"] = state.endpoint_refs()
+            if "devices" not in provenance:     # an unfinished bisect, or one stored by an older harness
+                provenance = {**provenance, "devices": devices_provenance(store, run_id)}
     else:
         results = store.results(run_id, include_resumes=True)
         if kind == "flake":
             conf = (extra.get("flake") or {}).get("conf", 0.95)
             keys["flake"] = {case_id: s.to_json() for case_id, s in summarize_hunt(results, conf).items()}
     doc = build_document(results, started=run["started"], devices=run["devices"], command=run["command"],
-                         provenance=run["provenance"], **keys)
+                         provenance=provenance, **keys)
     doc["finished"] = run["finished"]
     doc["host"] = run["host"]
     doc["harness_version"] = run["harness_version"]
     return doc
+
+
+# ``history --kind``: the stored run kinds of each command (a session's child runs, and
+# ``bisect-run``, belong to their command's family).
+KIND_FAMILIES = {"run": ("run", "pytest"), "flake": ("flake",), "compare": ("compare", "compare-ref"),
+                 "bisect": ("bisect", "bisect-step", "bisect-run")}
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One entry of a case's history: ``row`` as ``Store.history`` gives it (``run_id, case_id, kind,
+    ref, ref_sha, started, devices, total, passed, failed, counts, outcomes``); for a session (a
+    bisect, a compare) ``row`` is the parent run with its steps' counts summed, and ``steps`` its
+    child runs' rows, oldest first."""
+
+    row: dict
+    steps: tuple[dict, ...] = ()
+
+
+def case_history(store: Store, pattern: str, kind: str | None = None) -> list[HistoryEntry]:
+    """The stored runs with results for a case matching ``pattern`` (``Store.history``), of the
+    ``KIND_FAMILIES[kind]`` kinds when ``kind`` is given, child runs grouped under their parent;
+    oldest first."""
+    rows = store.history(pattern)
+    if kind is not None:
+        rows = [row for row in rows if row["kind"] in KIND_FAMILIES[kind]]
+    grouped: dict[tuple, tuple[dict, list[dict]]] = {}
+    parents: dict[str, dict | None] = {}
+    for row in rows:
+        parent_id = row.get("parent_id")
+        if parent_id is None:
+            grouped[(row["run_id"], row["case_id"], row["ref"])] = (row, [])
+            continue
+        if parent_id not in parents:
+            parents[parent_id] = store.run(parent_id)
+        grouped.setdefault((parent_id, row["case_id"]), (_parent_row(parent_id, parents[parent_id], row), []))[1] \
+            .append(row)
+    return [HistoryEntry(_summed(head, steps), tuple(steps)) if steps else HistoryEntry(head)
+            for head, steps in grouped.values()]
+
+
+def _parent_row(parent_id: str, run: dict | None, first_step: dict) -> dict:
+    return {"run_id": parent_id, "case_id": first_step["case_id"], "parent_id": None,
+            "kind": run["kind"] if run else None, "ref": run["ref"] if run else None, "ref_sha": None,
+            "started": run["started"] if run else first_step["started"],
+            "host": run["host"] if run else first_step["host"], "harness_version": first_step["harness_version"]}
+
+
+def _summed(head: dict, steps: list[dict]) -> dict:
+    counts: Counter = Counter()
+    outcomes: Counter = Counter()
+    devices: list[str] = []
+    for step in steps:
+        counts.update(step["counts"])
+        outcomes.update(step["outcomes"])
+        devices += [d for d in step["devices"] if d not in devices]
+    return {**head, "devices": devices, "total": sum(s["total"] for s in steps),
+            "passed": sum(s["passed"] for s in steps), "failed": sum(s["failed"] for s in steps),
+            "counts": dict(sorted(counts.items())), "outcomes": dict(sorted(outcomes.items()))}

@@ -11,7 +11,11 @@ the generator's ``seed``) and ``call`` counts the calls made in the process, or,
 bisect start fresh workers per commit: a per-process count would replay the same
 draws at every commit), so a run is reproducible.  Every commit changes something harmless (the version
 string, a CHANGELOG line).  Optional: a commit whose ``build.sh`` fails (fixed by
-the next one) and a commit whose kernel raises (a failure other than the flake).
+the next one), a commit whose kernel raises (a failure other than the flake), and a
+second flaky bug of another class entering at a later commit (``second``): from there each
+call also draws, from ``Random(f"{seed}:second:{call}")``, whether it hangs (sleeps for an
+hour: HANG, at the case's ``timeout_s``) or, as a fast stand-in for another failure class,
+writes NaN into ``query`` (NONFINITE); a hang comes before the race can happen.
 
 Names, dates and config are fixed, so the same arguments give the same shas.
 """
@@ -90,6 +94,8 @@ DEFAULT_SEED = "{seed}"
 FAIL_P = {fail_p!r}
 FLAKY = {flaky!r}
 RAISES = {raises!r}
+SECOND = {second!r}                # the second bug's class from this commit on ("hang", "nonfinite"), else None
+SECOND_P = {second_p!r}
 _calls = 0
 
 
@@ -100,6 +106,11 @@ def flake_seed() -> str:
 def corrupts(call: int) -> bool:
     """Whether call number ``call`` of this process corrupts its output."""
     return FLAKY and random.Random(f"{{flake_seed()}}:{{call}}").random() < FAIL_P
+
+
+def second_strikes(call: int) -> bool:
+    """Whether call number ``call`` meets the second bug."""
+    return SECOND is not None and random.Random(f"{{flake_seed()}}:second:{{call}}").random() < SECOND_P
 
 
 def _next_call() -> int:
@@ -125,10 +136,16 @@ def _launch(op, args):
     call = _next_call()
     if RAISES:
         raise RuntimeError("{raise_text}")
+    strikes = second_strikes(call)
+    if strikes and SECOND == "hang":
+        import time
+        time.sleep(3600)                          # a deadlock: the harness's timeout ends it
     result = reference.rope_kv_write(**args)
+    query = args["query"]                         # [rows, heads, D]
     if corrupts(call):
-        query = args["query"]                     # [rows, heads, D]
         query[:, call % query.shape[1]].fill_(3.0)
+    if strikes and SECOND == "nonfinite":
+        query[:, (call + 1) % query.shape[1]].fill_(float("nan"))
     return result
 
 
@@ -163,6 +180,9 @@ class RepoInfo:
     raises: int | None                    # index of the commit whose kernel raises
     fail_p: float
     seed: int
+    second: int | None = None             # index of the first commit with the second bug
+    second_kind: str | None = None        # "hang" or "nonfinite"
+    second_p: float = 0.0
     kernel: str = KERNEL
     build_cmd: str = BUILD_CMD
     seed_env: str = SEED_ENV
@@ -181,17 +201,28 @@ class RepoInfo:
         return None if self.raises is None else self.shas[self.raises]
 
     @property
+    def second_sha(self) -> str | None:
+        return None if self.second is None else self.shas[self.second]
+
+    @property
     def head(self) -> str:
         return self.shas[-1]
 
 
+SECOND_KINDS = ("hang", "nonfinite")
+
+
 def make_kernel_repo(path: str | os.PathLike[str], n_commits: int = 32, culprit: int | None = None,
                      fail_p: float = 0.5, broken_build: int | None = None, raises: int | None = None,
-                     seed: int = 0) -> RepoInfo:
+                     seed: int = 0, second: int | None = None, second_kind: str = "nonfinite",
+                     second_p: float = 0.5) -> RepoInfo:
     """A repository of ``n_commits`` commits on ``main`` (see the module docstring)."""
     if n_commits < 1:
         raise ValueError("n_commits must be >= 1")
-    for what, index in (("culprit", culprit), ("broken_build", broken_build), ("raises", raises)):
+    if second_kind not in SECOND_KINDS:
+        raise ValueError(f"second_kind={second_kind!r}: one of {', '.join(SECOND_KINDS)}")
+    for what, index in (("culprit", culprit), ("broken_build", broken_build), ("raises", raises),
+                        ("second", second)):
         if index is not None and not 0 <= index < n_commits:
             raise ValueError(f"{what}={index}: outside 0..{n_commits - 1}")
     repo = init_repo(Path(path))
@@ -200,21 +231,26 @@ def make_kernel_repo(path: str | os.PathLike[str], n_commits: int = 32, culprit:
     for i in range(n_commits):
         flaky = culprit is not None and i >= culprit
         is_raise = raises is not None and i == raises
+        second_here = second_kind if second is not None and i >= second else None
         version = f"0.{seed}.{i}"
-        changelog.append(f"- {version}: {'reorder query tiles' if i == culprit else f'housekeeping {i}'}")
+        changelog.append(f"- {version}: " + ("reorder query tiles" if i == culprit
+                                              else "overlap the cache write" if i == second else f"housekeeping {i}"))
         files = {
             "python/kpkg/__init__.py": _init_py(version),
             "python/kpkg/kernel.py": _KERNEL_HEAD.format(seed_env=SEED_ENV, seed=seed, fail_p=float(fail_p),
-                                                         flaky=flaky, raises=is_raise, raise_text=RAISE_TEXT),
+                                                         flaky=flaky, raises=is_raise, raise_text=RAISE_TEXT,
+                                                         second=second_here, second_p=float(second_p)),
             "build.sh": _BUILD_BROKEN if i == broken_build else _BUILD_OK,
             "CHANGELOG.md": "\n".join(changelog) + "\n",
         }
         if i == 0:
             files[".gitignore"] = f"{BUILD_STAMP}\n__pycache__/\n"
         subject = ("kpkg: reorder query tiles for the fused write" if i == culprit
+                   else "kpkg: overlap the cache write with the next tile" if i == second
                    else "build: require kpkg_ops.h" if i == broken_build
                    else "kernel: strict query layout" if is_raise
                    else f"kpkg {version}: housekeeping")
         shas.append(commit_files(repo, files, subject, i))
     return RepoInfo(path=repo, shas=shas, culprit=culprit, broken_build=broken_build, raises=raises,
-                    fail_p=float(fail_p), seed=seed)
+                    fail_p=float(fail_p), seed=seed, second=second,
+                    second_kind=None if second is None else second_kind, second_p=float(second_p))

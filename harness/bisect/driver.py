@@ -2,13 +2,13 @@
 
 The search itself is ``harness.bisect.search.FlakyBisect`` (pure, flake-aware);
 this module is the driver around it: the failure ``Signature`` (outcome and code),
-what one run at a commit observed (a sighting, a clean run, an untestable commit,
-or a run that says nothing because another failure masked it), and the
-``BisectState`` that is saved after every run so ``--resume`` continues an
-interrupted bisect exactly.
+what one run at a commit observed (a sighting, a clean run, an untestable commit),
+the other failures met on the way (``AlsoSeen``), and the ``BisectState`` that is
+saved after every run so ``--resume`` continues an interrupted bisect exactly.
 
 One "run" at a commit runs every selected case once in fresh workers on that
-commit's worktree; it is a sighting when any result carries the signature.
+commit's worktree; it is a sighting when any result carries the signature, and a
+clean run when any case ran without it, whatever else failed.
 """
 from __future__ import annotations
 
@@ -20,10 +20,6 @@ from harness.bisect.search import Conclusion, FlakyBisect
 from harness.errors import UsageError
 from harness.outcomes import Outcome, Result
 from harness.refs.git import Commit
-
-# A commit whose runs only ever end in other failures is skipped after this many.
-MAX_INCONCLUSIVE = 2
-
 
 class SignatureError(UsageError):
     """A ``--signature`` that does not read."""
@@ -76,29 +72,59 @@ class Signature:
         return self.outcome.value + (f":{self.code}" if self.code is not None else "")
 
 
-SIGHTED, CLEAN, UNTESTABLE, INCONCLUSIVE = "sighted", "clean", "untestable", "inconclusive"
+SIGHTED, CLEAN, UNTESTABLE = "sighted", "clean", "untestable"
+
+# The conclusions that name the first bad commit (or the range it is in).
+_NAMED = (Conclusion.FOUND, Conclusion.SKIPPED_RANGE)
+# Results that say nothing about the kernel: it was not built or imported, the harness broke, no device.
+_NOT_RUN = (Outcome.BUILD_ERROR, Outcome.HARNESS_ERROR, Outcome.SKIPPED)
 
 
 def observe(results: list[Result], signature: Signature | None) -> tuple[str, Signature | None]:
     """What one run at a commit says, and the signature (the first failure, when none was set).
 
+    Per case: a result either carries the signature, or ran without it (passed, or failed
+    some other way), or did not run (``BUILD_ERROR``: build or import error,
+    ``HARNESS_ERROR``, ``SKIPPED``).
+
     - ``sighted``: some result carries the signature;
-    - ``untestable``: the commit did not build (every result ``BUILD_ERROR``);
-    - ``inconclusive``: no result ran clean and none carried the signature (another
-      failure, or nothing ran): it neither proves nor clears the commit;
-    - ``clean``: no signature, and at least one case ran clean.
+    - ``untestable``: no case ran;
+    - ``clean``: some case ran and none carried the signature, whatever else failed: a
+      MISMATCH is no reason to doubt that the HANG looked for did not happen.
     """
-    if results and all(r.outcome is Outcome.BUILD_ERROR for r in results):
-        return UNTESTABLE, signature
     if signature is None:
-        first = next((r for r in results if r.outcome.failed and r.outcome is not Outcome.BUILD_ERROR), None)
+        first = next((r for r in results if r.outcome.failed and r.outcome not in _NOT_RUN), None)
         if first is not None:
             return SIGHTED, Signature.of(first)
     elif any(signature.matches(r) for r in results):
         return SIGHTED, signature
-    if any(r.outcome.passed for r in results):
-        return CLEAN, signature
-    return INCONCLUSIVE, signature
+    if all(r.outcome in _NOT_RUN for r in results):
+        return UNTESTABLE, signature
+    return CLEAN, signature
+
+
+def other_failures(results: list[Result], signature: Signature | None) -> list[str]:
+    """The labels of the failures of a run that are not the signature (a build error is a skip, not one)."""
+    return sorted({r.label for r in results if r.outcome.failed and r.outcome is not Outcome.BUILD_ERROR
+                   and not (signature is not None and signature.matches(r))})
+
+
+@dataclass(frozen=True)
+class AlsoSeen:
+    """A failure other than the signature, seen during the bisect: ``at`` the commit indices it
+    was seen at (ascending, each once), ``runs`` in how many runs."""
+
+    label: str
+    at: tuple[int, ...]
+    runs: int
+
+    @property
+    def first(self) -> int:
+        return self.at[0]
+
+    @property
+    def last(self) -> int:
+        return self.at[-1]
 
 
 @dataclass
@@ -109,7 +135,6 @@ class BisectState:
     search: FlakyBisect
     signature: Signature | None = None
     steps: list[dict] = field(default_factory=list)
-    inconclusive: dict[int, int] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -120,44 +145,53 @@ class BisectState:
 
     def record(self, index: int, results: list[Result], run_id: str) -> str:
         what, self.signature = observe(results, self.signature)
-        if what == SIGHTED:
-            self.search.record(index, True)
-        elif what == CLEAN:
-            self.search.record(index, False)
-        elif what == UNTESTABLE:
+        if what == UNTESTABLE:
             if index in (0, self.n):
                 raise BisectError(f"the {'good' if index == 0 else 'bad'} endpoint {self.commits[index].short} "
-                                  f"does not build: choose a testable endpoint")
+                                  f"cannot be tested (every case {'/'.join(sorted({r.label for r in results}))}): "
+                                  f"choose a testable endpoint")
             self.search.skip(index)
-        elif index in (0, self.n):
-            # an endpoint cannot be skipped: its signature did not show, which is all a clean run says
-            self.search.record(index, False)
         else:
-            self.inconclusive[index] = self.inconclusive.get(index, 0) + 1
-            if self.inconclusive[index] >= MAX_INCONCLUSIVE:
-                self.search.skip(index)
-                what = "inconclusive, skipped"
+            self.search.record(index, what == SIGHTED)
         self.steps.append({"index": index, "sha": self.commits[index].sha, "observed": what, "run_id": run_id,
-                           "labels": sorted({r.label for r in results})})
+                           "labels": sorted({r.label for r in results}),
+                           "others": other_failures(results, self.signature)})
         return what
+
+    def also_seen(self) -> list[AlsoSeen]:
+        """The other failures the steps met, most runs first (steps saved without ``others`` add nothing)."""
+        where: dict[str, list[int]] = {}
+        for step in self.steps:
+            for label in step.get("others", ()):
+                where.setdefault(label, []).append(step["index"])
+        found = [AlsoSeen(label, tuple(sorted(set(at))), len(at)) for label, at in where.items()]
+        return sorted(found, key=lambda a: (-a.runs, a.label))
 
     def to_dict(self) -> dict[str, Any]:
         return {"commits": [c.__dict__ for c in self.commits], "search": self.search.to_dict(),
-                "signature": None if self.signature is None else str(self.signature),
-                "steps": self.steps, "inconclusive": {str(k): v for k, v in self.inconclusive.items()}}
+                "signature": None if self.signature is None else str(self.signature), "steps": self.steps}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BisectState":
+        # older harnesses also saved an "inconclusive" count per commit: nothing reads it now
         return cls(commits=[Commit(**c) for c in data["commits"]], search=FlakyBisect.from_dict(data["search"]),
                    signature=None if data.get("signature") is None else Signature.parse(data["signature"]),
-                   steps=list(data.get("steps", [])),
-                   inconclusive={int(k): v for k, v in data.get("inconclusive", {}).items()})
+                   steps=list(data.get("steps", [])))
 
     # -- the answer ---------------------------------------------------------------
     def endpoint_refs(self) -> list[dict]:
         """The two endpoints as report ``refs`` (a bisect document's columns)."""
         return [{"name": name, "sha": c.sha, "subject": c.subject}
                 for name, c in (("good", self.commits[0]), ("bad", self.commits[-1]))]
+
+    def _also_seen(self, seen: AlsoSeen, culprit: int | None) -> dict[str, Any]:
+        """``before``: the commits before the first bad one (or range; ``culprit`` None when the
+        bisect names none) where it showed, as ``[first sha, last sha]``: a bug older than the
+        culprit; null when there is none."""
+        before = [i for i in seen.at if culprit is not None and i < culprit]
+        return {"label": seen.label, "first": self.commits[seen.first].sha, "last": self.commits[seen.last].sha,
+                "first_index": seen.first, "last_index": seen.last, "commits": len(seen.at), "runs": seen.runs,
+                "before": [self.commits[before[0]].sha, self.commits[before[-1]].sha] if before else None}
 
     def report(self) -> dict[str, Any]:
         answer = self.search.answer()
@@ -173,6 +207,8 @@ class BisectState:
                        "runs": t.runs, "sightings": t.sightings, "skipped": t.skipped,
                        "posterior": float(post[t.index]) if t.index else None}
                       for t in self.search.tally()],
+            "also_seen": [self._also_seen(a, answer.first if answer.conclusion in _NAMED else None)
+                          for a in self.also_seen()],
         }
         if answer.first is not None:
             first, last = self.commits[answer.first], self.commits[answer.last]

@@ -7,7 +7,6 @@ a plan and prints; everything stored and read back goes through this module.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +103,7 @@ def start(runner: RefRunner, store: Store, plan: BisectPlan, search: SearchOptio
                                                       max_runs=search.max_runs, min_good_runs=search.good_runs,
                                                       max_bad_runs=search.max_bad_runs), signature)
     run_id = store.start_run(command=command, devices=list(plan.devices), kind="bisect",
+                             provenance={"run": run_provenance(plan.kernel_paths)},
                              ref=f"{good.short}..{bad.short}", ref_sha=bad.sha, extra=_extra(plan, state))
     return Session(run_id, plan, state)
 
@@ -116,15 +116,35 @@ def run(session: Session, runner: RefRunner, store: Store, *, command: list[str]
                      on_step=on_step)
 
 
+def devices_provenance(store: Store, run_id: str) -> dict[str, Any]:
+    """What the workers of the bisect's steps reported about their devices (torch, CUDA, CANN...), per
+    device: the steps' own run provenance, merged (a later step's report wins)."""
+    merged: dict[str, Any] = {}
+    for child in store.children(run_id):
+        devices = child["provenance"].get("devices")
+        if isinstance(devices, dict):
+            merged.update(devices)
+    return merged
+
+
 def finish(session: Session, store: Store, results: list[Result]) -> dict[str, Any]:
-    """Close the parent run with the bisect report (also the summary of a resumed, finished bisect)."""
+    """Close the parent run with the bisect report and the devices' provenance (also the summary of a
+    resumed, finished bisect)."""
     report = session.state.report()
-    store.finish_run(session.run_id, {**summarize(results), "bisect": report})
+    stored = store.run(session.run_id) or {}
+    provenance = {"run": run_provenance(session.plan.kernel_paths), **(stored.get("provenance") or {}),
+                  "devices": devices_provenance(store, session.run_id)}
+    store.finish_run(session.run_id, {**summarize(results), "bisect": report}, provenance=provenance)
     return report
 
 
-def document(session: Session, results: list[Result], report: dict[str, Any], *, command: list[str]) -> dict:
-    """The report document of the bisect (the results of this invocation's steps)."""
-    return build_document(results, started=time.time(), devices=list(session.plan.devices), command=command,
-                          provenance={"run": run_provenance()}, run_id=session.run_id, kind="bisect", bisect=report,
-                          refs=session.state.endpoint_refs())
+def document(session: Session, store: Store, results: list[Result], report: dict[str, Any], *,
+             command: list[str]) -> dict:
+    """The report document of the bisect (the results of this invocation's steps) with the bisect's own
+    start (its first invocation's, when resumed), finish and provenance, as stored."""
+    run = store.run(session.run_id)
+    doc = build_document(results, started=run["started"], devices=list(session.plan.devices), command=command,
+                         provenance=run["provenance"], run_id=session.run_id, kind="bisect", bisect=report,
+                         refs=session.state.endpoint_refs())
+    doc["finished"] = run["finished"]
+    return doc

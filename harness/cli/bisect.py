@@ -2,8 +2,13 @@
 (one verdict for ``git bisect run``)."""
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +34,39 @@ from harness.store import Store
 
 # `git bisect run` aborts on any other exit code.
 GIT_GOOD, GIT_BAD, GIT_SKIP = 0, 1, 125
+# The shell's codes for a process ended by SIGINT and SIGTERM.
+EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread: the bisect stops as on Ctrl-C (workers and builds ended,
+    the state as saved after the last finished step)."""
+
+
+@contextlib.contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():     # only the main thread gets signals
+        yield
+        return
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, previous)      # a second SIGTERM ends the process at once
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def resume_command(run_id: str, store: Path, rules: list[str]) -> str:
+    """The one line that continues the bisect: its id, the store it is in (absolute, so it works from
+    any directory) and the --rules files that classified its results."""
+    words = ["harness", "bisect", "--resume", run_id, "--store", str(store.resolve())]
+    for path in rules:
+        words += ["--rules", str(Path(path).resolve())]
+    return shlex.join(words)
 
 
 def cmd_bisect(args) -> int:
@@ -49,14 +87,26 @@ def cmd_bisect(args) -> int:
         refs.parse_ref_arg(args.good)     # a rev starting with '-' is refused before git sees it
         refs.parse_ref_arg(args.bad)
     signature = Signature.parse(args.signature) if args.signature else None
-    with open_store(args) as store:
-        return _bisect(args, signature, store)
+    started: list[str] = []                     # the bisect's id, once it is in the store
+    with open_store(args) as store, _sigterm_stops():
+        try:
+            return _bisect(args, signature, store, started)
+        except KeyboardInterrupt as stop:
+            terminated = isinstance(stop, Terminated)
+            print(f"harness: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
+            if started and not args.no_store:
+                print(f"bisect {started[0]} is saved up to its last finished step; resume it with:", file=sys.stderr)
+                print(resume_command(started[0], store.path, args.rules), file=sys.stderr, flush=True)
+            elif started:
+                print(f"bisect {started[0]} was not stored (--no-store): nothing to resume", file=sys.stderr)
+            return EXIT_SIGTERM if terminated else EXIT_SIGINT
 
 
-def _bisect(args, signature: Signature | None, store: Store) -> int:
+def _bisect(args, signature: Signature | None, store: Store, started: list[str]) -> int:
     resumed = None
     if args.resume:
         resumed = bisect.load(store, args.resume)
+        started.append(resumed.run_id)
         print(f"bisect {args.resume}: resuming after {len(resumed.state.steps)} steps "
               f"({resumed.state.search.runs} recorded runs)")
         plan = resumed.plan
@@ -81,6 +131,7 @@ def _bisect(args, signature: Signature | None, store: Store) -> int:
                 search = bisect.SearchOptions(confidence=args.confidence, max_runs=args.max_runs,
                                               good_runs=args.good_runs, max_bad_runs=args.max_bad_runs)
                 session = bisect.start(runner, store, plan, search, signature, command=sys.argv)
+                started.append(session.run_id)
             state = session.state
             if resumed is None:
                 print(f"bisect {session.run_id}: {state.n} commits after {state.commits[0].short} up to "
@@ -93,14 +144,16 @@ def _bisect(args, signature: Signature | None, store: Store) -> int:
                 labels = ", ".join(sorted({r.label for r in results}))
                 best = (f"; best {state.commits[answer.first].short} {100 * answer.probability:.1f}%"
                         if answer.first is not None else "")
+                if observed == CLEAN and any(r.outcome.failed for r in results):
+                    observed = f"clean (no {state.signature})"      # other failures do not hide its absence
                 print(f"step {len(state.steps)}: {state.commits[index].short} ({where}) {observed} [{labels}]{best}",
                       flush=True)
 
             results = bisect.run(session, runner, store, command=sys.argv, on_step=say)
     report = bisect.finish(session, store, results)
-    for line in render_bisect(state, report):
+    doc = bisect.document(session, store, results, report, command=sys.argv)
+    for line in render_bisect(state, report, started=doc["started"], finished=doc["finished"]):
         print(line)
-    doc = bisect.document(session, results, report, command=sys.argv)
     for path in write_outputs(outputs(args), doc):
         print(f"wrote {path}")
     if not args.no_store:
@@ -141,10 +194,13 @@ def cmd_bisect_run(args) -> int:
     if what == SIGHTED:
         print(f"harness bisect-run: bad ({sig} seen)")
         return GIT_BAD
-    if what == CLEAN and not any(r.outcome.failed for r in recorded.results):
+    # git bisect trusts every "good": unlike `harness bisect`, a run where only other failures
+    # showed (nothing passed) is a skip here, not evidence that the signature is absent
+    ran_clean = what == CLEAN and any(r.outcome.passed for r in recorded.results)
+    if ran_clean and not any(r.outcome.failed for r in recorded.results):
         print(f"harness bisect-run: good ({len(recorded.results)} clean runs)")
         return GIT_GOOD
-    if what == CLEAN:   # the signature did not show, other failures did: they say nothing about it
+    if ran_clean:   # the signature did not show, other failures did: they say nothing about it
         print(f"harness bisect-run: good ({sig or 'the signature'} not seen; other failures ignored)")
         return GIT_GOOD
     print("harness bisect-run: skip (nothing ran clean and the signature did not show)")

@@ -6,6 +6,7 @@ import argparse
 from harness import __version__
 from harness.flake.hunt import SEED_MODES
 from harness.store import DEFAULT_STORE
+from harness.stored import KIND_FAMILIES
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
@@ -171,7 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_hist = sub.add_parser("history", parents=[common], help="a case's results across stored runs")
     p_hist.add_argument("pattern", help="case id: a glob with * and ?, else a substring")
-    p_hist.add_argument("--limit", type=int, default=50, help="newest N rows (default 50)")
+    p_hist.add_argument("--kind", choices=tuple(KIND_FAMILIES), default=None,
+                        help="only runs of this command (bisect: its steps and bisect-run too; compare: its refs)")
+    p_hist.add_argument("--limit", type=int, default=50,
+                        help="newest N entries (default 50; a bisect or compare is one entry with its steps)")
     _add_store(p_hist)
     return parser
 

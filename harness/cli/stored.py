@@ -9,7 +9,7 @@ from harness.cli.common import EXIT_FAILED, EXIT_OK, outputs, store_path
 from harness.errors import UsageError
 from harness.outcomes import Outcome
 from harness.reports.document import load_document
-from harness.stored import stored_document
+from harness.stored import case_history, stored_document
 from harness.reports.writers import write_outputs
 from harness.shard.merge import merge
 from harness.store import Store
@@ -57,18 +57,29 @@ def _stored_document(args) -> dict:
 
 def cmd_history(args) -> int:
     with Store(store_path(args)) as store:
-        rows = store.history(args.pattern)
-    if not rows:
-        raise UsageError(f"no stored results for a case matching {args.pattern!r} in {store.path}")
-    rows = rows[-args.limit:]
-    print("when                 run                  kind    device    ref                 runs  outcomes        "
-          "fail rate  case")
-    for g in rows:
-        when = _dt.datetime.fromtimestamp(g["started"]).strftime("%Y-%m-%d %H:%M:%S")
-        ref = (g["ref"] or "-") + (f" {g['ref_sha'][:8]}" if g.get("ref_sha") else "")
-        ran = g["total"] - g["outcomes"].get(Outcome.SKIPPED.value, 0)
-        rate = f"{100.0 * g['failed'] / ran:.1f}%" if ran else "-"
-        counts = ", ".join(f"{n} {label}" for label, n in sorted(g["counts"].items(), key=lambda kv: -kv[1]))
-        print(f"{when}  {g['run_id']:<20} {g['kind'] or '-':<7} {','.join(g['devices']) or '-':<9} {ref:<19} "
-              f"{g['total']:>4}  {counts:<15} {rate:>9}  {g['case_id']}")
+        entries = case_history(store, args.pattern, args.kind)
+    if not entries:
+        kind = f" (--kind {args.kind})" if args.kind else ""
+        raise UsageError(f"no stored results for a case matching {args.pattern!r}{kind} in {store.path}")
+    print("when                 run                    kind         device    ref                 runs  "
+          "outcomes        fail rate  case")
+    for entry in entries[-args.limit:]:
+        print(_history_line(entry.row, ""))
+        for step in entry.steps:
+            print(_history_line(step, "  "))
     return EXIT_OK
+
+
+def _history_line(g: dict, indent: str) -> str:
+    """One row; a session's steps are indented under it (``indent``) and leave their case id to it."""
+    when = _dt.datetime.fromtimestamp(g["started"]).strftime("%Y-%m-%d %H:%M:%S")
+    ref = g["ref"] or "-"
+    if ".." in ref:                 # a bisect's range, good..bad
+        ref = "..".join(end[:8] for end in ref.split("..", 1))
+    ref += f" {g['ref_sha'][:8]}" if g.get("ref_sha") else ""
+    ran = g["total"] - g["outcomes"].get(Outcome.SKIPPED.value, 0)
+    rate = f"{100.0 * g['failed'] / ran:.1f}%" if ran else "-"
+    counts = ", ".join(f"{n} {label}" for label, n in sorted(g["counts"].items(), key=lambda kv: -kv[1]))
+    case = "" if indent else g["case_id"]
+    return (f"{when}  {indent + g['run_id']:<22} {g['kind'] or '-':<12} {','.join(g['devices']) or '-':<9} "
+            f"{ref:<19} {g['total']:>4}  {counts:<15} {rate:>9}  {case}").rstrip()

@@ -1,14 +1,46 @@
-"""The terminal text of a bisect: the conclusion, the reproduction probability, the tally per commit."""
+"""The terminal text of a bisect: the conclusion, the other failures met, the reproduction
+probability, when it ran, the tally per commit."""
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Any
 
 from harness.bisect.driver import BisectState
 from harness.bisect.search import Conclusion
 
 
-def render_bisect(state: BisectState, report: dict[str, Any]) -> list[str]:
-    """The lines printed at the end of a bisect (and on ``--resume`` of a finished one)."""
+def _utc(ts: float) -> str:
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _span(started: float, finished: float) -> str:
+    seconds = max(0, round(finished - started))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h {rest // 60:02d}m {rest % 60:02d}s" if hours else f"{rest // 60}m {rest % 60:02d}s"
+
+
+def also_seen_lines(report: dict[str, Any]) -> list[str]:
+    """``also seen: MISMATCH at <sha>..<sha> (commits 13..19 of 0..32; ...)``: the failures other than
+    the signature that the bisect met (a finding: they count as runs without the signature)."""
+    lines, n = [], len(report["tally"]) - 1
+    for a in report.get("also_seen") or []:
+        where = (f"{a['first'][:12]}..{a['last'][:12]}" if a["first_index"] != a["last_index"]
+                 else a["first"][:12])
+        commits = (f"commits {a['first_index']}..{a['last_index']}" if a["first_index"] != a["last_index"]
+                   else f"commit {a['first_index']}")
+        lines.append(f"also seen: {a['label']} at {where} ({commits} of 0..{n}; in {a['runs']} "
+                     f"run{'s' * (a['runs'] != 1)} at {a['commits']} commit{'s' * (a['commits'] != 1)})")
+        if a.get("before"):
+            first, last = (sha[:12] for sha in a["before"])
+            lines.append(f"  {a['label']} showed before the first bad commit too ({first if first == last else f'{first}..{last}'}): "
+                         f"another bug; bisect it with --signature {a['label']}")
+    return lines
+
+
+def render_bisect(state: BisectState, report: dict[str, Any], *, started: float | None = None,
+                  finished: float | None = None) -> list[str]:
+    """The lines printed at the end of a bisect (and on ``--resume`` of a finished one); ``started``
+    and ``finished`` are the bisect's own (a resumed bisect started when it was first started)."""
     lines = []
     conclusion = report["verdict"]
     good, bad = state.commits[0], state.commits[-1]
@@ -31,10 +63,13 @@ def render_bisect(state: BisectState, report: dict[str, Any]) -> list[str]:
     else:
         best = f"; most likely {report['range'][0][:12]}" if report["range"] else ""
         lines.append(f"undecided after {report['runs']} runs (best {100 * report['probability']:.1f}%{best})")
+    lines += ["  " + line for line in also_seen_lines(report)]
     p = report["p"]
     if p["sightings"]:
         lines.append(f"  reproduction probability p ~ {p['mean']:.2f} ({100 * p['level']:.0f}% interval "
                      f"{p['low']:.2f}-{p['high']:.2f}, {p['sightings']} sightings)")
+    if started is not None and finished is not None:
+        lines.append(f"  started {_utc(started)}, finished {_utc(finished)} ({_span(started, finished)})")
     lines.append("  commit        runs  seen  posterior  subject")
     for t in report["tally"]:
         if not (t["runs"] or t["skipped"] or (t["posterior"] or 0) >= 0.001):

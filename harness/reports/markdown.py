@@ -130,6 +130,12 @@ def _bisect(doc: Mapping[str, Any]) -> list[str]:
     else:
         lines.append(f"**{escape(report['verdict'])}** after {report['runs']} runs "
                      f"(best {100 * report['probability']:.1f}%)")
+    for seen in report.get("also_seen") or []:      # failures other than the signature: a finding
+        where = "..".join(dict.fromkeys((seen["first"][:12], seen["last"][:12])))
+        before = (f"; before the first bad commit too (`{'..'.join(dict.fromkeys(s[:12] for s in seen['before']))}`):"
+                  f" another bug" if seen.get("before") else "")
+        lines += ["", f"Also seen: **{escape(seen['label'])}** at `{where}` (commits "
+                      f"{seen['first_index']}..{seen['last_index']}; {seen['runs']} runs){before}"]
     p = report.get("p") or {}
     if p.get("sightings"):
         lines.append("")
