@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import re
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -432,16 +431,14 @@ def test_a_100mb_log_with_bad_bytes_reads_bounded_and_classifies(tmp_path):
         fh.write(b"\xff\xfe\x00 bad start\nthere is an aicore error exception, core id is 9\n")
         fh.seek(100 << 20)                      # a sparse 100 MB file: NULs in the middle
         fh.write(b"\n\xc3\x28 bad tail\nRuntimeError: NPU function error: x, error code is 507018\n")
-    started = time.perf_counter()
     text = read_log(path)
     c = classify_exception("launch", "RuntimeError", "error code is 507018", "", text)
-    elapsed = time.perf_counter() - started
     assert len(text) <= (16 << 20) + 16
     assert (c.code, c.rule, c.secondary) == (507018, "npu_aicore_exception", ("FAIL_507018",))
-    assert elapsed < 5.0                          # the bench measures it; this only catches a blow-up
 
 
-def test_classifying_a_10mb_log_is_fast(tmp_path):
+def test_a_10mb_log_of_noise_still_names_the_fault(tmp_path):
+    # Its speed is bench/bench_classify.py's figure, not an assertion on wall time here.
     noise = "".join(f"[INFO] RUNTIME(1,python):2026-01-01-00:00:00.{i % 1000:03d} [stream.cc:{i % 900}] "
                     f"dispatch task {i} to core {i % 48} done ok\n" for i in range(2000))
     path = tmp_path / "ten.log"
@@ -450,11 +447,8 @@ def test_classifying_a_10mb_log_is_fast(tmp_path):
         while fh.tell() < 10_000_000:
             fh.write(noise)
         fh.write("RuntimeError: NPU function error: x, error code is 507018\n")
-    started = time.perf_counter()
     c = classify_exception("launch", "RuntimeError", "error code is 507018", "", read_log(path))
-    elapsed = time.perf_counter() - started
     assert (c.code, c.rule, c.secondary) == (507018, "npu_aicore_abnormal", ("FAIL_507018",))
-    assert elapsed < 3.0, elapsed                 # goal 0.3 s (bench/bench_classify.py); loose under -n
 
 
 def test_a_giant_line_without_newlines_is_fine():
