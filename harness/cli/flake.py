@@ -12,7 +12,7 @@ from harness import refs
 from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, engine_options, env_line, load_cases,
                                 no_kernel_on_resume, note_outputs, open_store, plain, publisher, ref_setup,
                                 resume_command, session_golden_cache, sigterm_as_interrupt, store_path)
-from harness.devices import parse_device
+from harness.devices import Device, parse_device
 from harness.errors import UsageError
 from harness.flake import hunt as flake
 from harness.flake.changes import HuntChange, hunt_changes
@@ -59,12 +59,17 @@ def _check_ref_flags(args) -> None:
                                           ("--build", args.build), ("--worktree-cache", args.worktree_cache))
                  if value]
     if args.resume:
-        if ref_flags:
-            raise UsageError(f"{ref_flags[0]} does not apply to --resume (a resumed hunt keeps its ref)")
+        planned = [flag for flag, value in (("--repeat", args.repeat), ("--hunt-seed", args.hunt_seed),
+                                            ("--until-fail", args.until_fail), ("--stop-after", args.stop_after),
+                                            ("--max-minutes", args.max_minutes), ("--target-rate", args.target_rate),
+                                            ("--seed", args.seed)) if value]
+        if ref_flags or planned:
+            raise UsageError(f"{(ref_flags + planned)[0]} does not apply to --resume (a resumed hunt keeps its "
+                             f"plan: cases, seeds, repeats, stop rules and ref)")
         return
-    if ref_flags and not (args.repo and args.ref):
-        raise UsageError(f"{ref_flags[0]} needs {'--ref NAME=REV' if args.repo else '--repo PATH'} "
-                         f"(a hunt on a kernel-library ref)")
+    missing = [flag for flag, value in (("--repo PATH", args.repo), ("--ref NAME=REV", args.ref)) if not value]
+    if ref_flags and missing:
+        raise UsageError(f"{ref_flags[0]} needs {' and '.join(missing)} (a hunt on a kernel-library ref)")
     if args.ref:
         refs.parse_ref_arg(args.ref)        # a rev starting with '-' is refused before git sees it
 
@@ -76,7 +81,7 @@ class _Hunt:
     options: HuntOptions
     planned: list[Planned]
     prior: list[Result]
-    devices: list
+    devices: list[Device]
     run_options: ResumeOptions
     setup: RefSetup | None
     ref: tuple[str, str] | None          # (name, rev or sha) of a hunt on a kernel-library ref

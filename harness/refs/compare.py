@@ -6,11 +6,15 @@ first ref (the baseline: upstream, the last good fix point) against the last
 one (the candidate) with the flake statistics of ``harness.flake``: a Fisher
 exact test on the failure counts (``hunt_change``), plus the failure rate and
 its interval on every ref.
+
+A compare is a parent run with one child run per ref.  Its ``ComparePlan`` (refs by
+sha, cases, repeats, seeds, how refs are prepared) is stored with the parent, and
+``run_compare`` runs per ref only what its child runs lack: a new compare and
+``compare --resume`` are the same loop.
 """
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Callable

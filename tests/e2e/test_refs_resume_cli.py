@@ -198,3 +198,17 @@ def test_a_hunt_stopped_by_sigterm_resumes_with_its_seeds_and_ref(tmp_path, gold
     assert all(r["seed"] == fresh_seed(3, case_id, r["repeat"]) and r["ref"] == "up" for r in doc["results"])
     assert doc["flake"][case_id]["total"] == 6 and doc["refs"][0]["sha"] == shas[0]
     assert "6 runs" in resumed.stdout
+
+
+def test_resume_refuses_what_the_stored_plan_fixes(tmp_path):
+    store = ["--store", str(tmp_path / "r.sqlite")]
+    for argv, needle in ((["flake", "--resume", "x", "--repeat", "3"], "--repeat does not apply to --resume"),
+                         (["flake", "--resume", "x", "--ref", "a=main"], "--ref does not apply to --resume"),
+                         (["flake", "--resume", "nope"], "--resume nope: no flake hunt with that id"),
+                         (["flake", "--env", "A=1"], "--env needs --repo PATH and --ref NAME=REV"),
+                         (["compare", "--resume", "x", "--ref", "a=main"], "--ref does not apply to --resume"),
+                         (["compare", "--resume", "nope"], "--resume nope: no compare with that id"),
+                         (["compare", "--resume", "x", "--no-store"], "--resume needs the store")):
+        proc = run_harness(*argv, *store, cwd=tmp_path, timeout=60)
+        assert proc.returncode == 2, (argv, proc.stdout + proc.stderr)
+        assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, (argv, proc.stderr)
