@@ -19,16 +19,18 @@ from harness.reports.writers import write_outputs
 from harness.run.options import ResumeOptions, kernel_paths
 from harness.store import Store
 
+DEFAULT_REPEAT = 5
+
 
 def cmd_compare(args) -> int:
     devices(args)
     no_kernel_on_resume(args)
     if args.resume:
-        given = [flag for flag, value in (("--ref", args.refs), ("--repo", args.repo), ("--hunt-seed", args.hunt_seed))
-                 if value]
+        given = [flag for flag, value in (("--ref", args.refs), ("--repo", args.repo), ("--repeat", args.repeat),
+                                          ("--seeds", args.seeds), ("--hunt-seed", args.hunt_seed)) if value]
         if given:
-            raise UsageError(f"{given[0]} does not apply to --resume (a resumed compare keeps its refs, cases "
-                             f"and seeds)")
+            raise UsageError(f"{given[0]} does not apply to --resume (a resumed compare keeps its refs, cases, "
+                             f"repeats and seeds)")
         named: list[tuple[str, str]] = []
     else:
         named = refs.parse_ref_args(args.refs)
@@ -52,13 +54,14 @@ def _plan(args, named: list[tuple[str, str]], store: Store) -> tuple[refcompare.
     setup = ref_setup(args)
     cases = load_cases(args, import_kernel=False)
     commits = [(name, refs.resolve(setup.repo, rev, name=name)) for name, rev in named]
+    seeds = args.seeds or "fixed"
     hunt_seed = (args.hunt_seed if args.hunt_seed is not None else secrets.randbelow(2 ** 31)) \
-        if args.seeds == "fresh" else 0
+        if seeds == "fresh" else 0
     plan = refcompare.ComparePlan(
-        setup=setup, refs=tuple((name, c.sha) for name, c in commits), cases=tuple(cases), repeat=args.repeat,
-        devices=tuple(str(d) for d in devices(args)),
+        setup=setup, refs=tuple((name, c.sha) for name, c in commits), cases=tuple(cases),
+        repeat=args.repeat or DEFAULT_REPEAT, devices=tuple(str(d) for d in devices(args)),
         options=ResumeOptions(kernel_paths(args.kernel_path), args.golden_dtype, args.tier),
-        seeds=args.seeds, hunt_seed=hunt_seed)
+        seeds=seeds, hunt_seed=hunt_seed)
     return plan, commits
 
 

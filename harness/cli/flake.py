@@ -46,7 +46,7 @@ def _hunt_options(args) -> HuntOptions:
     try:
         return HuntOptions(
             repeat=args.repeat if args.repeat is not None else (1000 if args.until_fail else 20),
-            seeds=args.seeds, stop_after=1 if args.until_fail else args.stop_after,
+            seeds=args.seeds or "fixed", stop_after=1 if args.until_fail else args.stop_after,
             max_minutes=args.max_minutes, conf=args.confidence, target_rate=args.target_rate,
             hunt_seed=args.hunt_seed if args.hunt_seed is not None else secrets.randbelow(2 ** 31))
     except ValueError as exc:
@@ -59,7 +59,8 @@ def _check_ref_flags(args) -> None:
                                           ("--build", args.build), ("--worktree-cache", args.worktree_cache))
                  if value]
     if args.resume:
-        planned = [flag for flag, value in (("--repeat", args.repeat), ("--hunt-seed", args.hunt_seed),
+        planned = [flag for flag, value in (("--repeat", args.repeat), ("--seeds", args.seeds),
+                                            ("--hunt-seed", args.hunt_seed),
                                             ("--until-fail", args.until_fail), ("--stop-after", args.stop_after),
                                             ("--max-minutes", args.max_minutes), ("--target-rate", args.target_rate),
                                             ("--seed", args.seed)) if value]
@@ -85,6 +86,7 @@ class _Hunt:
     run_options: ResumeOptions
     setup: RefSetup | None
     ref: tuple[str, str] | None          # (name, rev or sha) of a hunt on a kernel-library ref
+    origin: str | None = None            # the resumed hunt's first run
 
 
 def _hunt(args, options: HuntOptions | None, store: Store) -> _Hunt:
@@ -94,7 +96,7 @@ def _hunt(args, options: HuntOptions | None, store: Store) -> _Hunt:
         ref = (stored.ref["name"], stored.ref["sha"]) if stored.ref else None
         return _Hunt(stored.options, stored.planned, stored.prior,
                      devices(args, default=[parse_device(d) for d in stored.devices]), stored.run_options,
-                     RefSetup.from_dict(stored.ref_setup) if stored.ref_setup else None, ref)
+                     RefSetup.from_dict(stored.ref_setup) if stored.ref_setup else None, ref, stored.run_id)
     setup = ref_setup(args) if args.repo else None
     cases = load_cases(args, import_kernel=setup is None)      # a ref's kernels are in its own checkout
     return _Hunt(options, flake.plan(cases, options), [], devices(args), flags, setup,
@@ -106,8 +108,8 @@ def _flake(args, options: HuntOptions | None, store: Store) -> int:
     options = hunt.options
     commit = refs.resolve(hunt.setup.repo, hunt.ref[1], name=hunt.ref[0]) if hunt.setup else None    # or exit 2
     n_cases = len({p.case.case_id for p in hunt.planned} | {r.case_id for r in hunt.prior})
-    if args.resume:
-        print(f"flake {args.resume}: {len(hunt.prior)} iterations stored, {len(hunt.planned)} to run", flush=True)
+    if hunt.origin:
+        print(f"flake {hunt.origin}: {len(hunt.prior)} iterations stored, {len(hunt.planned)} to run", flush=True)
         if not hunt.planned:
             summaries = summarize_hunt(hunt.prior, options.conf, options.target_rate)
             for case_id, s in summaries.items():
@@ -142,7 +144,7 @@ def _flake(args, options: HuntOptions | None, store: Store) -> int:
 
         extra = {"flake": options.to_dict(), "options": hunt.run_options.to_dict(),
                  "log_dir": str(run.worker.log_dir), **({"ref_setup": hunt.setup.to_dict()} if hunt.setup else {})}
-        common = dict(kind="flake", command=sys.argv, extra=extra, resumed_from=args.resume,
+        common = dict(kind="flake", command=sys.argv, extra=extra, resumed_from=hunt.origin,
                       on_start=lambda p, w: reporter.started(f"{p.case.case_id} iter {p.repeat}", str(w.device)),
                       on_result=on_result, should_run=rules.should_run, addendum=addendum)
         try:
@@ -161,11 +163,11 @@ def _flake(args, options: HuntOptions | None, store: Store) -> int:
                 finally:        # the files cover the whole hunt: the iterations stored before and these
                     publish = publisher(args)
                     if publish and captured:
-                        whole = replace(captured[0], run_id=args.resume or captured[0].run_id,
+                        whole = replace(captured[0], run_id=hunt.origin or captured[0].run_id,
                                         results=hunt.prior + captured[0].results)
                         publish(document(whole))
         except KeyboardInterrupt:
-            origin = args.resume or (captured[0].run_id if captured else None)
+            origin = hunt.origin or (captured[0].run_id if captured else None)
             if origin and not args.no_store:
                 print(f"flake {origin} interrupted; what finished is stored in {store.path}. To run the rest:",
                       flush=True)
@@ -182,8 +184,8 @@ def _flake(args, options: HuntOptions | None, store: Store) -> int:
         reporter.note(f"{case_id}: stopped after {rules.failures[case_id]} failure(s); {n} iterations not run")
     recorded = captured[0]
     note_outputs(reporter, args, recorded.run_id, store)
-    if args.resume and not args.no_store:
-        reporter.note(f"(it resumes {args.resume}: `harness report {args.resume}` shows the whole hunt)")
+    if hunt.origin and not args.no_store:
+        reporter.note(f"(it resumes {hunt.origin}: `harness report {hunt.origin}` shows the whole hunt)")
     return _exit_code(args, summaries, hunt.prior + recorded.results)
 
 

@@ -87,9 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_execution(p_flake)
     p_flake.add_argument("--repeat", type=positive_int("--repeat"), default=None,
                          help="iterations per case (default 20; with --until-fail, the cap, default 1000)")
-    p_flake.add_argument("--seeds", choices=SEED_MODES, default="fixed",
-                         help="fixed: identical inputs every iteration, outputs compared bit for bit across "
-                              "iterations; fresh: a new recorded seed per iteration")
+    p_flake.add_argument("--seeds", choices=SEED_MODES, default=None,
+                         help="fixed (default): identical inputs every iteration, outputs compared bit for bit "
+                              "across iterations; fresh: a new recorded seed per iteration")
     p_flake.add_argument("--hunt-seed", type=int, default=None,
                          help="fresh seeds derive from this (default: random, printed and stored)")
     p_flake.add_argument("--until-fail", action="store_true", help="stop a case at its first failure")
@@ -120,10 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_cmp.add_argument("--ref", dest="refs", action="append", default=[], metavar="NAME=REV",
                        help="a ref to run (sha, branch, tag, remote ref of a fork); repeat; the first is the "
                             "baseline, the last the candidate")
-    p_cmp.add_argument("--repeat", type=positive_int("--repeat"), default=5, help="runs per case per ref (default 5)")
-    p_cmp.add_argument("--seeds", choices=SEED_MODES, default="fixed",
-                       help="fixed: each case's own seed every repeat; fresh: a new recorded seed per repeat, the "
-                            "same on every ref (paired)")
+    p_cmp.add_argument("--repeat", type=positive_int("--repeat"), default=None,
+                       help="runs per case per ref (default 5)")
+    p_cmp.add_argument("--seeds", choices=SEED_MODES, default=None,
+                       help="fixed (default): each case's own seed every repeat; fresh: a new recorded seed per "
+                            "repeat, the same on every ref (paired)")
     p_cmp.add_argument("--hunt-seed", type=int, default=None,
                        help="with --seeds fresh, the seeds derive from this (default: random, printed and stored)")
     p_cmp.add_argument("--resume", default=None, metavar="COMPARE_ID",

@@ -95,10 +95,14 @@ class ResumedHunt:
 
 
 def resumed_hunt(store: Store, run_id: str, flags: ResumeOptions) -> ResumedHunt:
-    """The stored hunt ``run_id`` and the iterations it still misses."""
+    """The stored hunt ``run_id`` (the first run of it, when given a resume of it) and the iterations
+    it still misses."""
     run = store.run(run_id)
     if run is None or run["kind"] != "flake" or "flake" not in run["extra"]:
         raise UsageError(f"--resume {run_id}: no flake hunt with that id in {store.path}")
+    while run["resumed_from"] and store.run(run["resumed_from"]) is not None:   # a resume of it: the whole hunt
+        run = store.run(run["resumed_from"])
+    run_id = run["run_id"]
     options = HuntOptions.from_dict(run["extra"]["flake"])
     missing = resumed(store, run_id, flags)
     bitwise = options.seeds == "fixed"

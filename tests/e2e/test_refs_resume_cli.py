@@ -198,6 +198,10 @@ def test_a_hunt_stopped_by_sigterm_resumes_with_its_seeds_and_ref(tmp_path, gold
     assert all(r["seed"] == fresh_seed(3, case_id, r["repeat"]) and r["ref"] == "up" for r in doc["results"])
     assert doc["flake"][case_id]["total"] == 6 and doc["refs"][0]["sha"] == shas[0]
     assert "6 runs" in resumed.stdout
+    resumed_id = re.search(r"run (\S+) stored in", resumed.stdout).group(1)
+    again = _run_line(tmp_path, line.replace(hunt_id, resumed_id))         # a resume of it means the whole hunt
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"flake {hunt_id}: 6 iterations stored, 0 to run" in again.stdout
 
 
 def test_resume_refuses_what_the_stored_plan_fixes(tmp_path):
