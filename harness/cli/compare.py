@@ -101,6 +101,13 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
             raise
     names = [name for name, _ in commits]
     _print_compare(done.rows, commits, plan.repeat)
+    if plan.seeds == "fresh":       # the seed to replay a failure alone with: harness run FILE -k CASE --seed S
+        for row in done.rows:
+            for name in names:
+                first = row.flake[name].first_failure
+                if first is not None:
+                    print(f"{row.case_id} @{name}: first failure repeat {first.repeat} seed {first.seed} "
+                          f"({first.label})")
     for path in write_outputs(outputs(args), done.document(sys.argv)):
         print(f"wrote {path}")
     if not args.no_store:

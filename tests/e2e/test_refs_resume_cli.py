@@ -56,6 +56,7 @@ def test_compare_of_a_fix_is_green_in_junit_and_fresh_seeds_are_paired(tmp_path,
     for i in range(4):
         assert seed["upstream", i] == seed["fix", i] == fresh_seed(hunt_seed, CASE_ID, i)
     assert len({seed["fix", i] for i in range(4)}) == 4
+    assert f"{CASE_ID} @upstream: first failure repeat 0 seed {seed['upstream', 0]} (MISMATCH)" in proc.stdout
     assert sum(r["metrics"].get("golden_cache_hit") is False for r in doc["results"]) == 4   # one per repeat
 
     xml = JUnitXml.fromfile(str(junit))
