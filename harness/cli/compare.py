@@ -89,11 +89,14 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
             return Reporter(total=total, plain=plain(args),
                             line=lambda r: f"  {name}: " + iteration_line(r, True))
 
+        done = refcompare.compared(store, parent, plan)
         try:
             with sigterm_as_interrupt():
-                done = refcompare.run_compare(runner, store, plan, commits, parent=parent, command=sys.argv,
-                                              announce=announce, reporter=reporter)
+                refcompare.run_compare(runner, store, plan, commits, done, command=sys.argv, announce=announce,
+                                       reporter=reporter)
         except KeyboardInterrupt:
+            for path in write_outputs(outputs(args), done.document(sys.argv)):     # what finished
+                print(f"wrote {path}", flush=True)
             if not args.no_store:
                 print(f"compare {parent} interrupted; what finished is stored in {store.path}. To run the rest:",
                       flush=True)

@@ -214,18 +214,23 @@ class Compared:
                   for r in self.refs])
 
 
-def run_compare(runner: RefRunner, store: Store, plan: ComparePlan, commits: list[tuple[str, Commit]], *,
-                parent: str, command: list[str],
+def compared(store: Store, parent: str, plan: ComparePlan) -> Compared:
+    """An empty ``Compared`` for the stored compare ``parent``, for ``run_compare`` to fill."""
+    return Compared(parent, [name for name, _ in plan.refs], list(plan.devices), store.run(parent)["started"])
+
+
+def run_compare(runner: RefRunner, store: Store, plan: ComparePlan, commits: list[tuple[str, Commit]],
+                done: Compared, *, command: list[str],
                 announce: Callable[[str, Commit, PreparedRef | None], None] | None = None,
                 reporter: Callable[[str, int], object] | None = None) -> Compared:
     """Every planned repeat of every case on every ref (a ``RefRunner``), each ref a child run of the
-    ``compare`` run ``parent``; the parent's summary holds the table.  What a ref's child runs
+    ``compare`` run ``done.parent``, into ``done`` as results come (so an interrupted compare
+    still has what finished); the parent's summary holds the table.  What a ref's child runs
     already hold is not run again (``--resume``): only its missing repeats run, as a child run
     resumed from its first one, and a ref with none missing is not prepared (``announce`` gets
     None).  ``reporter(name, total)`` gives a context manager with ``started``/``finished`` (the
     terminal) for each ref."""
-    names = [name for name, _ in commits]
-    done = Compared(parent, names, list(plan.devices), store.run(parent)["started"])
+    parent, names = done.parent, done.names
     everything = plan.planned()
     try:
         for name, commit in commits:

@@ -167,6 +167,7 @@ def test_an_interrupted_compare_resumes_from_the_line_it_printed(tmp_path, golde
     assert f"compare {compare_id} interrupted" in output and "--json" in line
     stored = _results_in(tmp_path / "r.sqlite")
     assert 2 <= stored < 6
+    assert len(json.loads(out.read_text())["results"]) == stored        # the files hold what finished
 
     resumed = _run_line(tmp_path, line)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
