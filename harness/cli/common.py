@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -140,3 +141,35 @@ def note_outputs(reporter: Reporter, args, run_id: str, store: Store) -> None:
             reporter.note(f"wrote {path}")
     if not args.no_store:
         reporter.note(f"run {run_id} stored in {store.path}")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI job cancelled, ``kill``) ends the block as Ctrl-C does, with a KeyboardInterrupt,
+    so that what finished is written and the resume command is printed, instead of dying at once."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# Flags that say how to run or what to write, not what runs: a resumed run takes them again.
+_RESUME_VALUE_FLAGS = (("--golden-cache", "golden_cache"), ("--json", "json_path"), ("--junit", "junit"),
+                       ("--markdown", "markdown"), ("--html", "html"))
+_RESUME_SWITCHES = (("--no-golden-cache", "no_golden_cache"), ("--no-progress", "no_progress"),
+                    ("--no-color", "no_color"), ("--allow-nondeterministic", "allow_nondeterministic"))
+
+
+def resume_command(args, run_id: str, store: Store) -> str:
+    """The one line that continues an interrupted ``flake`` or ``compare`` (the store holds the plan)."""
+    argv = ["harness", args.command, "--resume", run_id, "--store", str(Path(store.path).resolve())]
+    for flag, dest in _RESUME_VALUE_FLAGS:
+        if getattr(args, dest, None):
+            argv += [flag, str(getattr(args, dest))]
+    for path in getattr(args, "rules", ()):
+        argv += ["--rules", path]
+    argv += [flag for flag, dest in _RESUME_SWITCHES if getattr(args, dest, False)]
+    return shlex.join(argv)

@@ -1,10 +1,14 @@
-"""``harness compare``: the same cases x N on several kernel-library refs, as a PR table."""
+"""``harness compare``: the same cases x N on several kernel-library refs, as a PR table (``--resume``
+continues an interrupted one)."""
 from __future__ import annotations
 
+import secrets
 import sys
 
-from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, env_line, load_cases, open_store,
-                                outputs, plain, ref_setup, session_golden_cache)
+from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, env_line, load_cases,
+                                no_kernel_on_resume, open_store, outputs, plain, ref_setup, resume_command,
+                                session_golden_cache, sigterm_as_interrupt)
+from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.refs import compare as refcompare
 from harness import refs
@@ -12,38 +16,101 @@ from harness.refs.runner import RefRunner
 from harness.reports.flake_text import iteration_line
 from harness.reports.terminal import Reporter
 from harness.reports.writers import write_outputs
+from harness.run.options import ResumeOptions, kernel_paths
 from harness.store import Store
+
+DEFAULT_REPEAT = 5
 
 
 def cmd_compare(args) -> int:
     devices(args)
-    named = refs.parse_ref_args(args.refs)
-    if not named:
-        raise UsageError("compare needs at least one --ref NAME=REV (two to compare)")
+    no_kernel_on_resume(args)
+    if args.resume:
+        given = [flag for flag, value in (("--ref", args.refs), ("--repo", args.repo), ("--repeat", args.repeat),
+                                          ("--seeds", args.seeds), ("--hunt-seed", args.hunt_seed)) if value]
+        if given:
+            raise UsageError(f"{given[0]} does not apply to --resume (a resumed compare keeps its refs, cases, "
+                             f"repeats and seeds)")
+        named: list[tuple[str, str]] = []
+    else:
+        named = refs.parse_ref_args(args.refs)
+        if not named:
+            raise UsageError("compare needs at least one --ref NAME=REV (two to compare), or --resume COMPARE_ID")
+        if not args.repo:
+            raise UsageError("compare needs --repo PATH (the kernel library's git repository)")
+        if args.hunt_seed is not None and args.seeds != "fresh":
+            raise UsageError("--hunt-seed applies to --seeds fresh only")
+        if args.seed is not None and args.seeds == "fresh":
+            raise UsageError("--seed fixes the inputs; it cannot be combined with --seeds fresh")
     with open_store(args) as store:
         return _compare(args, named, store)
 
 
-def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
+def _plan(args, named: list[tuple[str, str]], store: Store) -> tuple[refcompare.ComparePlan, list]:
+    """A new compare's plan from the flags (every ref resolves, or exit 2), or a stored one's."""
+    if args.resume:
+        plan = refcompare.load(store, args.resume)
+        return plan, [(name, refs.resolve(plan.setup.repo, sha, name=name)) for name, sha in plan.refs]
+    setup = ref_setup(args)
     cases = load_cases(args, import_kernel=False)
-    ref_devices = devices(args)
+    commits = [(name, refs.resolve(setup.repo, rev, name=name)) for name, rev in named]
+    seeds = args.seeds or "fixed"
+    hunt_seed = (args.hunt_seed if args.hunt_seed is not None else secrets.randbelow(2 ** 31)) \
+        if seeds == "fresh" else 0
+    plan = refcompare.ComparePlan(
+        setup=setup, refs=tuple((name, c.sha) for name, c in commits), cases=tuple(cases),
+        repeat=args.repeat or DEFAULT_REPEAT, devices=tuple(str(d) for d in devices(args)),
+        options=ResumeOptions(kernel_paths(args.kernel_path), args.golden_dtype, args.tier),
+        seeds=seeds, hunt_seed=hunt_seed)
+    return plan, commits
+
+
+def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
+    plan, commits = _plan(args, named, store)
+    ref_devices = devices(args, default=[parse_device(d) for d in plan.devices])
     with session_golden_cache(args) as golden_cache, \
-            RefRunner(ref_setup(args), engine_options(args, ref_devices, golden_cache=golden_cache), store) as runner:
-        commits = [(name, runner.resolve(name, rev)) for name, rev in named]    # every ref resolves, or exit 2
+            RefRunner(plan.setup, engine_options(args, ref_devices, kernel_paths=plan.options.kernel_paths,
+                                                 golden_dtype=plan.options.golden_dtype, tier=plan.options.tier,
+                                                 golden_cache=golden_cache), store) as runner:
+        parent = args.resume or refcompare.start(store, plan, commits, command=sys.argv)
+        if args.resume:
+            print(f"compare {parent}: resuming; what its refs already ran is not run again", flush=True)
+        if plan.seeds == "fresh":
+            print(f"seeds fresh (hunt seed {plan.hunt_seed}): repeat i has the same seed on every ref", flush=True)
 
         def announce(name, commit, prepared) -> None:
-            state = "BUILD FAILED" if not prepared.ok else "built" if prepared.build else "ready"
+            state = ("stored" if prepared is None else "BUILD FAILED" if not prepared.ok
+                     else "built" if prepared.build else "ready")
             print(f"== {name} {commit.short} {commit.subject}  [{state}]", flush=True)
-            print(f"   {env_line(prepared.env)}", flush=True)
+            if prepared is not None:
+                print(f"   {env_line(prepared.env)}", flush=True)
 
         def reporter(name: str, total: int) -> Reporter:
             return Reporter(total=total, plain=plain(args),
                             line=lambda r: f"  {name}: " + iteration_line(r, True))
 
-        done = refcompare.run_compare(runner, store, cases, commits, args.repeat, command=sys.argv,
-                                      devices=[str(d) for d in ref_devices], announce=announce, reporter=reporter)
+        done = refcompare.compared(store, parent, plan)
+        try:
+            with sigterm_as_interrupt():
+                refcompare.run_compare(runner, store, plan, commits, done, command=sys.argv, announce=announce,
+                                       reporter=reporter)
+        except KeyboardInterrupt:
+            for path in write_outputs(outputs(args), done.document(sys.argv)):     # what finished
+                print(f"wrote {path}", flush=True)
+            if not args.no_store:
+                print(f"compare {parent} interrupted; what finished is stored in {store.path}. To run the rest:",
+                      flush=True)
+                print(resume_command(args, parent, store), flush=True)
+            raise
     names = [name for name, _ in commits]
-    _print_compare(done.rows, commits, args.repeat)
+    _print_compare(done.rows, commits, plan.repeat)
+    if plan.seeds == "fresh":       # the seed to replay a failure alone with: harness run FILE -k CASE --seed S
+        for row in done.rows:
+            for name in names:
+                first = row.flake[name].first_failure
+                if first is not None:
+                    print(f"{row.case_id} @{name}: first failure repeat {first.repeat} seed {first.seed} "
+                          f"({first.label})")
     for path in write_outputs(outputs(args), done.document(sys.argv)):
         print(f"wrote {path}")
     if not args.no_store:

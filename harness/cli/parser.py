@@ -88,9 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_execution(p_flake)
     p_flake.add_argument("--repeat", type=positive_int("--repeat"), default=None,
                          help="iterations per case (default 20; with --until-fail, the cap, default 1000)")
-    p_flake.add_argument("--seeds", choices=SEED_MODES, default="fixed",
-                         help="fixed: identical inputs every iteration, outputs compared bit for bit across "
-                              "iterations; fresh: a new recorded seed per iteration")
+    p_flake.add_argument("--seeds", choices=SEED_MODES, default=None,
+                         help="fixed (default): identical inputs every iteration, outputs compared bit for bit "
+                              "across iterations; fresh: a new recorded seed per iteration")
     p_flake.add_argument("--hunt-seed", type=int, default=None,
                          help="fresh seeds derive from this (default: random, printed and stored)")
     p_flake.add_argument("--until-fail", action="store_true", help="stop a case at its first failure")
@@ -105,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_flake.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), default=None,
                          help="compare two stored hunts (run ids, or --json files): failure-rate change per "
                               "case with a Fisher exact test; runs nothing")
+    _add_refs(p_flake)
+    p_flake.add_argument("--ref", default=None, metavar="NAME=REV",
+                         help="hunt on this commit of --repo (checked out, built and given its --env as compare "
+                              "does) instead of the kernels on the current PYTHONPATH")
+    p_flake.add_argument("--resume", default=None, metavar="RUN_ID",
+                         help="run only the iterations hunt RUN_ID planned and has no result for (cases, seeds, "
+                              "repeats, stop rules and its ref come from that hunt); the summary covers the whole hunt")
 
     p_cmp = sub.add_parser("compare", parents=[common],
                            help="the same cases x N on several kernel-library refs, as a PR table")
@@ -114,7 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     p_cmp.add_argument("--ref", dest="refs", action="append", default=[], metavar="NAME=REV",
                        help="a ref to run (sha, branch, tag, remote ref of a fork); repeat; the first is the "
                             "baseline, the last the candidate")
-    p_cmp.add_argument("--repeat", type=positive_int("--repeat"), default=5, help="runs per case per ref (default 5)")
+    p_cmp.add_argument("--repeat", type=positive_int("--repeat"), default=None,
+                       help="runs per case per ref (default 5)")
+    p_cmp.add_argument("--seeds", choices=SEED_MODES, default=None,
+                       help="fixed (default): each case's own seed every repeat; fresh: a new recorded seed per "
+                            "repeat, the same on every ref (paired)")
+    p_cmp.add_argument("--hunt-seed", type=int, default=None,
+                       help="with --seeds fresh, the seeds derive from this (default: random, printed and stored)")
+    p_cmp.add_argument("--resume", default=None, metavar="COMPARE_ID",
+                       help="continue a stored compare: only the repeats no ref has a result for run (its refs, "
+                            "cases, repeats and seeds come from the store); the table covers the whole compare")
 
     p_bis = sub.add_parser("bisect", parents=[common],
                            help="the first commit of the kernel library that shows a failure, "

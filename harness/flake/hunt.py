@@ -12,11 +12,15 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.case import Case
+from harness.errors import UsageError
 from harness.outcomes import Result
 from harness.run.engine import Planned
+from harness.run.options import ResumeOptions
+from harness.run.session import resumed
+from harness.store import Store
 
 SEED_MODES = ("fixed", "fresh")
 
@@ -45,6 +49,18 @@ class HuntOptions:
         if self.target_rate is not None and not 0 < self.target_rate < 1:
             raise ValueError(f"--target-rate must be in (0, 1), got {self.target_rate!r}")
 
+    def to_dict(self) -> dict:
+        """The stored form (a hunt's ``extra["flake"]``), read back by ``--resume``."""
+        return {"repeat": self.repeat, "seeds": self.seeds, "hunt_seed": self.hunt_seed,
+                "stop_after": self.stop_after, "max_minutes": self.max_minutes, "conf": self.conf,
+                "target_rate": self.target_rate}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "HuntOptions":
+        return cls(repeat=data["repeat"], seeds=data["seeds"], stop_after=data.get("stop_after"),
+                   max_minutes=data.get("max_minutes"), conf=data.get("conf", 0.95),
+                   target_rate=data.get("target_rate"), hunt_seed=data.get("hunt_seed", 0))
+
 
 def fresh_seed(hunt_seed: int, case_id: str, iteration: int) -> int:
     """A seed per (hunt, case, iteration): different every iteration, the same on a replay."""
@@ -62,6 +78,37 @@ def plan(cases: list[Case], options: HuntOptions) -> list[Planned]:
             else:
                 planned.append(Planned(len(planned), case, i, bitwise=True))
     return planned
+
+
+@dataclass(frozen=True)
+class ResumedHunt:
+    """What ``flake --resume RUN_ID`` continues: the stored plan, its results so far, what is missing."""
+
+    run_id: str
+    options: HuntOptions
+    planned: list[Planned]              # the iterations with no result yet, in the hunt's order
+    prior: list[Result]                 # the results of the hunt and of every resume of it
+    devices: tuple[str, ...]
+    run_options: ResumeOptions
+    ref: dict | None                    # a hunt on a kernel-library ref: its provenance (name, sha, ...)
+    ref_setup: dict | None              # and how it was prepared (``RefSetup.to_dict``)
+
+
+def resumed_hunt(store: Store, run_id: str, flags: ResumeOptions) -> ResumedHunt:
+    """The stored hunt ``run_id`` (the first run of it, when given a resume of it) and the iterations
+    it still misses."""
+    run = store.run(run_id)
+    if run is None or run["kind"] != "flake" or "flake" not in run["extra"]:
+        raise UsageError(f"--resume {run_id}: no flake hunt with that id in {store.path}")
+    while run["resumed_from"] and store.run(run["resumed_from"]) is not None:   # a resume of it: the whole hunt
+        run = store.run(run["resumed_from"])
+    run_id = run["run_id"]
+    options = HuntOptions.from_dict(run["extra"]["flake"])
+    missing = resumed(store, run_id, flags)
+    bitwise = options.seeds == "fixed"
+    return ResumedHunt(run_id, options, [replace(p, bitwise=bitwise) for p in missing.planned],
+                       store.results(run_id, include_resumes=True), missing.devices, missing.options,
+                       run["extra"].get("ref"), run["extra"].get("ref_setup"))
 
 
 class StopRules:

@@ -6,22 +6,33 @@ first ref (the baseline: upstream, the last good fix point) against the last
 one (the candidate) with the flake statistics of ``harness.flake``: a Fisher
 exact test on the failure counts (``hunt_change``), plus the failure rate and
 its interval on every ref.
+
+A compare is a parent run with one child run per ref.  Its ``ComparePlan`` (refs by
+sha, cases, repeats, seeds, how refs are prepared) is stored with the parent, and
+``run_compare`` runs per ref only what its child runs lack: a new compare and
+``compare --resume`` are the same loop.
 """
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Callable
+from typing import Any, Callable
 
+from harness.case import Case
+from harness.errors import UsageError
 from harness.flake.changes import SIGNIFICANCE, HuntChange, hunt_change
 from harness.flake.hunt import HuntOptions, plan
 from harness.flake.summary import HuntSummary, summarize_case
 from harness.outcome_table import Column, tabulate
 from harness.outcomes import Result
 from harness.provenance import run_provenance
+from harness.refs.git import Commit
+from harness.refs.runner import PreparedRef, RefRunner, RefSetup
 from harness.report_document import build_document
+from harness.run.engine import Planned
+from harness.run.options import ResumeOptions
+from harness.store import Store
 from harness.summary import summarize
 
 
@@ -127,6 +138,57 @@ def verdict_detail(row: CompareRow, ref_names: list[str]) -> str:
 
 # -- running a compare ------------------------------------------------------------
 
+@dataclass(frozen=True)
+class ComparePlan:
+    """What a compare runs, fixed when it starts; the parent run's ``extra["plan"]`` keeps it for ``--resume``."""
+
+    setup: RefSetup
+    refs: tuple[tuple[str, str], ...]          # (name, sha): the baseline first, the candidate last
+    cases: tuple[Case, ...]
+    repeat: int
+    devices: tuple[str, ...]
+    options: ResumeOptions = ResumeOptions()
+    seeds: str = "fixed"
+    hunt_seed: int = 0
+
+    def planned(self) -> list[Planned]:
+        """Every case ``repeat`` times, iteration-major.  The same list runs on every ref, so with
+        fresh seeds repeat i has one seed on all of them (paired), and another seed per repeat."""
+        hunt = HuntOptions(repeat=self.repeat, seeds=self.seeds, hunt_seed=self.hunt_seed)
+        return [replace(p, bitwise=False) for p in plan(list(self.cases), hunt)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"setup": self.setup.to_dict(), "refs": [list(r) for r in self.refs],
+                "cases": [c.to_wire() for c in self.cases], "repeat": self.repeat, "devices": list(self.devices),
+                "options": self.options.to_dict(), "seeds": self.seeds, "hunt_seed": self.hunt_seed}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ComparePlan":
+        return cls(setup=RefSetup.from_dict(data["setup"]), refs=tuple((n, sha) for n, sha in data["refs"]),
+                   cases=tuple(Case.from_wire(c) for c in data["cases"]), repeat=int(data["repeat"]),
+                   devices=tuple(data["devices"]), options=ResumeOptions.from_dict(data["options"], ResumeOptions()),
+                   seeds=data["seeds"], hunt_seed=int(data["hunt_seed"]))
+
+
+def start(store: Store, plan: ComparePlan, commits: list[tuple[str, Commit]], *, command: list[str]) -> str:
+    """Record the parent run of a new compare, with its plan; its id."""
+    return store.start_run(command=command, devices=list(plan.devices), kind="compare",
+                           extra={"refs": [{"name": n, "sha": c.sha, "subject": c.subject} for n, c in commits],
+                                  "repeat": plan.repeat, "cases": [c.case_id for c in plan.cases],
+                                  "seeds": plan.seeds, "hunt_seed": plan.hunt_seed, "plan": plan.to_dict()})
+
+
+def load(store: Store, run_id: str) -> ComparePlan:
+    """The plan of stored compare ``run_id`` (``--resume``)."""
+    run = store.run(run_id)
+    if run is None or run["kind"] != "compare":
+        raise UsageError(f"--resume {run_id}: no compare with that id in {store.path}")
+    try:
+        return ComparePlan.from_dict(run["extra"]["plan"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"--resume {run_id}: the compare did not record a plan that reads ({exc})") from None
+
+
 @dataclass
 class Compared:
     """A finished (or interrupted) compare: its parent run, every ref's results and provenance."""
@@ -152,31 +214,55 @@ class Compared:
                   for r in self.refs])
 
 
-def run_compare(runner, store, cases: list, commits: list[tuple[str, object]], repeat: int, *,
-                command: list[str], devices: list[str], announce: Callable | None = None,
+def compared(store: Store, parent: str, plan: ComparePlan) -> Compared:
+    """An empty ``Compared`` for the stored compare ``parent``, for ``run_compare`` to fill."""
+    return Compared(parent, [name for name, _ in plan.refs], list(plan.devices), store.run(parent)["started"])
+
+
+def run_compare(runner: RefRunner, store: Store, plan: ComparePlan, commits: list[tuple[str, Commit]],
+                done: Compared, *, command: list[str],
+                announce: Callable[[str, Commit, PreparedRef | None], None] | None = None,
                 reporter: Callable[[str, int], object] | None = None) -> Compared:
-    """Every case ``repeat`` times on every ref (a ``RefRunner``), each ref a child run of one
-    ``compare`` run; the parent's summary holds the table.  ``reporter(name, total)`` gives a
-    context manager with ``started``/``finished`` (the terminal) for each ref."""
-    names = [name for name, _ in commits]
-    parent = store.start_run(command=command, devices=devices, kind="compare",
-                             extra={"refs": [{"name": n, "sha": c.sha, "subject": c.subject} for n, c in commits],
-                                    "repeat": repeat, "cases": [c.case_id for c in cases]})
-    done = Compared(parent, names, devices, time.time())
-    planned = [replace(p, bitwise=False) for p in plan(cases, HuntOptions(repeat=repeat))]
+    """Every planned repeat of every case on every ref (a ``RefRunner``), each ref a child run of the
+    ``compare`` run ``done.parent``, into ``done`` as results come (so an interrupted compare
+    still has what finished); the parent's summary holds the table.  What a ref's child runs
+    already hold is not run again (``--resume``): only its missing repeats run, as a child run
+    resumed from its first one, and a ref with none missing is not prepared (``announce`` gets
+    None).  ``reporter(name, total)`` gives a context manager with ``started``/``finished`` (the
+    terminal) for each ref."""
+    parent, names = done.parent, done.names
+    everything = plan.planned()
     try:
         for name, commit in commits:
+            children = [c for c in store.children(parent) if c["kind"] == "compare-ref" and c["ref"] == name]
+            stored = [r for c in children for r in store.results(c["run_id"])]
+            done.results.extend(stored)
+            for c in children:
+                done.device_info.update(c["provenance"].get("devices", {}))
+            have = {(r.case_id, r.repeat) for r in stored}
+            todo = [p for p in everything if (p.case.case_id, p.repeat) not in have]
+            if not todo:
+                done.refs.append(children[-1]["extra"]["ref"])
+                if announce:
+                    announce(name, commit, None)
+                continue
             prepared = runner.prepare(name, commit)
             done.refs.append(prepared.provenance)
             if announce:
                 announce(name, commit, prepared)
-            shown = reporter(name, len(planned)) if reporter else None
+            shown = reporter(name, len(todo)) if reporter else None
+
+            def finished(p: Planned, r: Result, shown=shown) -> None:
+                done.results.append(r)          # as it comes: an interrupted ref still counts in the summary
+                if shown is not None:
+                    shown.finished(r)
+
             with shown if shown is not None else contextlib.nullcontext():
                 recorded = runner.run(
-                    prepared, planned, kind="compare-ref", parent_id=parent, command=command,
+                    prepared, todo, kind="compare-ref", parent_id=parent, command=command,
+                    resumed_from=next((c["run_id"] for c in children if not c["resumed_from"]), None),
                     on_start=(lambda p, w: shown.started(p.case.case_id, str(w.device))) if shown else None,
-                    on_result=(lambda p, r: shown.finished(r)) if shown else None)
-            done.results.extend(recorded.results)
+                    on_result=finished)
             done.device_info.update(recorded.provenance.get("devices", {}))
             store.update_extra(parent, {"done": [*store.run(parent)["extra"].get("done", []), name]})
     finally:

@@ -21,7 +21,7 @@ from harness.run.engine import Engine, Planned, RunOptions
 from harness.outcomes import Outcome, Result
 from harness.run.pool import case_fields
 from harness.logs import log_tail
-from harness.run.session import Recorded, execute, recording
+from harness.run.session import Addendum, Recorded, execute, recording
 from harness.store import Store
 
 DEFAULT_ENV = ("PYTHONPATH={worktree}:{PYTHONPATH}",)
@@ -37,6 +37,16 @@ class RefSetup:
     build: str | None = None
     build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
     cache_dir: str | None = None
+
+    def to_dict(self) -> dict:
+        """The stored form (a hunt or compare records it, so ``--resume`` prepares refs the same way)."""
+        return {"repo": str(self.repo.resolve()), "env_templates": list(self.env_templates), "build": self.build,
+                "build_timeout_s": self.build_timeout_s, "worktree_cache": self.cache_dir}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RefSetup":
+        return cls(repo=Path(data["repo"]), env_templates=tuple(data["env_templates"]), build=data["build"],
+                   build_timeout_s=data["build_timeout_s"], cache_dir=data["worktree_cache"])
 
 
 @dataclass
@@ -122,32 +132,40 @@ class RefRunner:
     def run(self, ref: PreparedRef, planned: list[Planned], *, kind: str, parent_id: str | None,
             command: list[str], on_start: Callable | None = None,
             on_result: Callable[[Planned, Result], None] | None = None,
-            should_run: Callable[[Planned], bool] | None = None, extra: dict | None = None) -> Recorded:
-        """One stored run of ``planned`` on ``ref`` (``BUILD_ERROR`` for each case when its build failed)."""
+            should_run: Callable[[Planned], bool] | None = None, extra: dict | None = None,
+            resumed_from: str | None = None, addendum: Callable[[Recorded], Addendum] | None = None) -> Recorded:
+        """One stored run of ``planned`` on ``ref`` (``BUILD_ERROR`` for each case when its build failed);
+        ``resumed_from`` and ``addendum`` as for ``harness.run.session.execute``."""
         extra = {**(extra or {}), "ref": ref.provenance}
         if not ref.ok:
             return self._build_failed(ref, planned, kind=kind, parent_id=parent_id, command=command,
-                                      on_result=on_result, extra=extra)
+                                      on_result=on_result, extra=extra, resumed_from=resumed_from,
+                                      addendum=addendum)
         engine = self._engine_for(ref)
         return execute(planned, engine.options, self.store, kind=kind, command=command, parent_id=parent_id,
                        ref=ref.name, ref_sha=ref.commit.sha, extra=extra, on_start=on_start, on_result=on_result,
-                       should_run=should_run, engine=engine)
+                       should_run=should_run, engine=engine, resumed_from=resumed_from, addendum=addendum)
 
     def _build_failed(self, ref: PreparedRef, planned: list[Planned], *, kind: str, parent_id: str | None,
-                      command: list[str], on_result, extra: dict) -> Recorded:
+                      command: list[str], on_result, extra: dict, resumed_from: str | None,
+                      addendum: Callable[[Recorded], Addendum] | None) -> Recorded:
         build = ref.build
         why = "timed out" if build.timed_out else f"exited {build.returncode}"
         summary = f"build of {ref.name} ({ref.commit.short}) {why}: {self.setup.build} (log {build.log_path})"
         tail = log_tail(build.log_path, lines=80, max_bytes=4000) or ""
         with recording(self.store, planned, self.base, kind=kind, parent_id=parent_id, command=command,
-                       ref=ref.name, ref_sha=ref.commit.sha, extra=extra) as recorded:
-            for p in planned:
-                r = Result(outcome=Outcome.BUILD_ERROR, summary=summary, report=tail, ref=ref.name,
-                           metrics={"build": ref.provenance["build"]},
-                           **case_fields(p.case, p.repeat, self.base.devices[0], None))
-                r = replace(r, log=str(build.log_path))
-                self.store.add_result(recorded.run_id, r)
-                recorded.results.append(r)
-                if on_result:
-                    on_result(p, r)
+                       ref=ref.name, ref_sha=ref.commit.sha, resumed_from=resumed_from, extra=extra) as recorded:
+            try:
+                for p in planned:
+                    r = Result(outcome=Outcome.BUILD_ERROR, summary=summary, report=tail, ref=ref.name,
+                               metrics={"build": ref.provenance["build"]},
+                               **case_fields(p.case, p.repeat, self.base.devices[0], None))
+                    r = replace(r, log=str(build.log_path))
+                    self.store.add_result(recorded.run_id, r)
+                    recorded.results.append(r)
+                    if on_result:
+                        on_result(p, r)
+            finally:        # as execute does: the addendum goes into the stored summary
+                if addendum:
+                    recorded.addendum = addendum(recorded)
         return recorded

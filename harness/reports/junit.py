@@ -12,6 +12,9 @@ One ``<testsuite>`` per matrix, one ``<testcase>`` per result:
   ``SKIPPED`` is a ``<skipped>`` with the reason.
 * ``<properties>`` per testcase: params, seed, device, ref, code, and per
   compared buffer its bad count, element count, greatest |diff| and verdict.
+* a compare (``harness compare``) fails only the candidate's (the last ref's)
+  failing runs; another ref's failure is a passing testcase whose
+  ``system-out`` says so, with the case's verdict (``junit_compare``).
 
 Every string from outside (summaries, reports, logs, params) is passed
 through ``clean_text``, so control characters cannot make the file invalid
@@ -31,6 +34,7 @@ from harness.files import atomic_path
 from harness.logs import clean_text, log_tail
 from harness.outcomes import Outcome, Result
 from harness.reports.document import kind_of, provenance_items, results_of
+from harness.reports.junit_compare import CompareRoles
 
 __all__ = ["build_junit", "write_junit"]
 
@@ -137,6 +141,7 @@ def build_junit(doc: Mapping[str, Any]) -> JUnitXml:
     results = results_of(doc)
     with_refs = bool(doc.get("refs")) or any(r.ref for r in results)
     names = _names(results, with_refs)
+    roles = CompareRoles.of(doc)
     timestamp = _iso(doc.get("started"))
     suite_props = _suite_properties(doc)
     suites: dict[str, TestSuite] = {}
@@ -151,14 +156,17 @@ def build_junit(doc: Mapping[str, Any]) -> JUnitXml:
                 suite.hostname = _text(doc["host"])
             _add_properties(suite, suite_props)
         case = TestCase(name, _text(matrix), _seconds(r.duration_s))
-        _add_properties(case, _properties(r, r.ref if with_refs else None))
+        extra = [(_text(k), _value(v)) for k, v in roles.properties(r)] if roles else []
+        _add_properties(case, _properties(r, r.ref if with_refs else None) + extra)
         if r.outcome is Outcome.SKIPPED:
             case.result = [Skipped(_one_line(r.summary or "skipped"))]
-        elif r.outcome.failed:
+        elif r.outcome.failed and (roles is None or roles.fails(r)):
             kind = Error if r.outcome is Outcome.HARNESS_ERROR else Failure
             element = kind(_one_line(r.summary or r.label), r.label)
             element.text = _details(r)
             case.result = [element]
+        elif r.outcome.failed:
+            case.system_out = _text(roles.note(r)) + "\n\n" + _details(r)
         suite.append(case)             # add_testcase recounts the suite each time: O(n^2)
     xml = JUnitXml(_text(f"harness {kind_of(doc)}" + (f" {doc['run_id']}" if doc.get("run_id") else "")))
     for suite in suites.values():
