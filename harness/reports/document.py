@@ -131,17 +131,21 @@ class FailureGroup:
         return len({r.summary for r in self.results}) == 1
 
     @property
+    def repeats(self) -> str:
+        """``0-4, 7``: the group's repeat indices as ranges."""
+        return _runs([r.repeat for r in self.results])
+
+    @property
     def where(self) -> str:
         """``npu:0, ref fix, repeat 0, seed 7`` / ``npu:0, npu:1, refs up, fix, repeats 0-4, seed 1234``."""
         rs = self.results
         devices = list(dict.fromkeys(r.device for r in rs if r.device))
         refs = list(dict.fromkeys(r.ref for r in rs if r.ref))
-        repeats = sorted({r.repeat for r in rs})
         seeds = list(dict.fromkeys(r.seed for r in rs if r.seed is not None))
         parts = list(devices)
         if refs:
             parts.append(("ref " if len(refs) == 1 else "refs ") + ", ".join(refs))
-        parts.append(("repeat " if len(repeats) == 1 else "repeats ") + _runs(repeats))
+        parts.append(("repeat " if len({r.repeat for r in rs}) == 1 else "repeats ") + self.repeats)
         if len(seeds) == 1:
             parts.append(f"seed {seeds[0]}")
         elif len(seeds) <= 4 and seeds:
