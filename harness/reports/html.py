@@ -56,6 +56,8 @@ pre{background:#f7f7f7;border:1px solid #e2e2e2;padding:6px;overflow:auto;max-he
 article{border:1px solid #ddd;border-left:4px solid #c0392b;padding:.2em .8em .6em;margin:.8em 0}
 dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:0 .8em;margin:.3em 0}dl.meta dt{color:#666}dl.meta dd{margin:0;word-break:break-all}
 figure{margin:.4em 0}figcaption{font-size:12px;color:#555}
+svg.heatmap{display:block;overflow:visible}svg.heatmap text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;font-size:12px;fill:#1b1b1b}
+svg.heatmap text.title{font-size:13px;font-weight:600}
 #filter{margin:.4em 0}#filter label{margin-right:1em;white-space:nowrap}
 .note{color:#555;font-style:italic}
 [hidden]{display:none!important}
@@ -161,6 +163,21 @@ def _matrices(out: list[str], doc: Mapping[str, Any], anchors: dict[str, str]) -
     out.append("</section>")
 
 
+def _svg(drawn, title: str) -> str:
+    """A figure as inline SVG: its PNG at its own pixel size, its labels as text over it."""
+    png = base64.b64encode(drawn.png).decode("ascii")
+    w, h = drawn.width, drawn.height
+    texts = []
+    for label in drawn.labels:
+        turn = f' transform="rotate(-90 {label.x:g} {label.y:g})"' if label.vertical else ""
+        texts.append(f'<text class="{label.role}" x="{label.x:g}" y="{label.y:g}" text-anchor="{label.anchor}"'
+                     f' dominant-baseline="middle"{turn}>{_e(label.text)}</text>')
+    return (f'<svg class="heatmap" role="img" aria-label="{_e(title)}" width="{w}" height="{h}" '
+            f'viewBox="0 0 {w} {h}"><title>{_e(title)}</title>'
+            f'<image href="data:image/png;base64,{png}" x="0" y="0" width="{w}" height="{h}"></image>'
+            + "".join(texts) + "</svg>")
+
+
 def _figures(r, renderer) -> list[str]:
     from harness.reports.heatmap import panels_for
     parts = []
@@ -175,7 +192,7 @@ def _figures(r, renderer) -> list[str]:
         panels = panels_for(str(name), m)
         if panels is None:
             continue
-        png = base64.b64encode(renderer.render(panels)).decode("ascii")
+        drawn = renderer.draw(panels)
         caption = f"{name}: bad-element ratio"
         if panels.ratio is not None:
             (a0, a1), (n0, n1) = panels.axes, panels.size
@@ -189,8 +206,8 @@ def _figures(r, renderer) -> list[str]:
                         else ")")
         if panels.ratio is not None:
             caption += "; right: the share of map cells at each bad ratio."
-        parts.append(f'<figure><img alt="{_e("localisation of " + str(name))}" '
-                     f'src="data:image/png;base64,{png}"><figcaption>{_e(caption)}</figcaption></figure>')
+        parts.append(f"<figure>{_svg(drawn, 'localisation of ' + str(name))}"
+                     f"<figcaption>{_e(caption)}</figcaption></figure>")
     return parts
 
 
@@ -240,11 +257,11 @@ def render_html(doc: Mapping[str, Any], *, max_detailed: int = MAX_DETAILED, ren
         def __init__(self):
             self.real = renderer
 
-        def render(self, panels):
+        def draw(self, panels):
             if self.real is None:
                 from harness.reports.heatmap import FigureRenderer
                 self.real = FigureRenderer()
-            return self.real.render(panels)
+            return self.real.draw(panels)
 
     lazy = _Lazy()
     kind = kind_of(doc)
