@@ -164,9 +164,10 @@ def _matrices(out: list[str], doc: Mapping[str, Any], anchors: dict[str, str]) -
 
 
 def _svg(drawn, title: str) -> str:
-    """A figure as inline SVG: its PNG at its own pixel size, its labels as text over it."""
+    """A figure as inline SVG: its PNG at its own pixel size in its box, its labels as text over it."""
     png = base64.b64encode(drawn.png).decode("ascii")
     w, h = drawn.width, drawn.height
+    x, y, iw, ih = drawn.image_box
     texts = []
     for label in drawn.labels:
         turn = f' transform="rotate(-90 {label.x:g} {label.y:g})"' if label.vertical else ""
@@ -174,7 +175,7 @@ def _svg(drawn, title: str) -> str:
                      f' dominant-baseline="middle"{turn}>{_e(label.text)}</text>')
     return (f'<svg class="heatmap" role="img" aria-label="{_e(title)}" width="{w}" height="{h}" '
             f'viewBox="0 0 {w} {h}"><title>{_e(title)}</title>'
-            f'<image href="data:image/png;base64,{png}" x="0" y="0" width="{w}" height="{h}"></image>'
+            f'<image href="data:image/png;base64,{png}" x="{x}" y="{y}" width="{iw}" height="{ih}"></image>'
             + "".join(texts) + "</svg>")
 
 

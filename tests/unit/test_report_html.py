@@ -132,7 +132,8 @@ def test_heatmaps_are_embedded_pngs(page_text):
         data = base64.b64decode(img["href"].split(",", 1)[1])
         assert data.startswith(PNG_MAGIC) and len(data) < 40_000
         im = Image.open(io.BytesIO(data))
-        assert im.size == (int(svg["width"]), int(svg["height"]))   # shown at its own pixel size
+        assert im.size == (int(img["width"]), int(img["height"]))   # shown at its own pixel size
+        assert int(img["x"]) + im.size[0] <= int(svg["width"]) and int(img["y"]) + im.size[1] <= int(svg["height"])
         assert len(np.unique(np.asarray(im.convert("L")))) > 10
         assert svg["aria-label"].startswith("localisation of ")
     text = " ".join(page.text)
