@@ -171,7 +171,7 @@ def main(argv=None) -> int:
         total = sum(medians.values())
         first = sum(ts[0] for ts in times.values())
         html_mb = (out / "report.html").stat().st_size / 1e6
-        images = (out / "report.html").read_text().count("<img ")
+        images = (out / "report.html").read_text().count("<svg class=\"heatmap\"")
         print(f"  total     {total:7.2f} s   (goal <= {GOAL_TOTAL_S:g} s; first round {first:.2f} s)")
         print(f"  html size {html_mb:7.2f} MB  (goal <= {GOAL_HTML_MB:g} MB), {images} embedded figures")
         if args.keep:

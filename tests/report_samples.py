@@ -67,6 +67,7 @@ def sample_results(tmp_path: Path) -> list[Result]:
                 results.append(Result(
                     decode, Outcome.DEVICE_FAULT, matrix="decode-rope-kv", op="rope_kv_write", kernel="pkg.mod:fn",
                     seed=1234, code=507018, summary="device fault 507018 (aicore exception)",
+                    metrics={"rule": "npu_acl_code", "fault_name": "ACL_ERROR_RT_AICPU_EXCEPTION"},
                     report="Traceback (most recent call last):\n  RuntimeError: ACL error 507018",
                     duration_s=0.5, repeat=rep, device="npu:0", ref=ref,
                     log=log(f"decode-{ref}-{rep}.log", NASTY_LOG), params={"batch": 16, "slot_mode": "arange"},

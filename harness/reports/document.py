@@ -10,22 +10,24 @@ carry ``ref``.  Everything here is pure: no rendering, no torch.
 ``outcome_table`` is the engineers' table of a document (``harness.outcome_table``;
 one row per case, one column per ref, device or a single column; cells
 ``0/5 PASS, 5/5 FAIL_507018``): the Markdown and HTML reports build it here.
+``failure_groups`` is their list of failures: one entry per case and label.
 """
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from harness.formats import pct
-from harness.outcome_table import Column, OutcomeTable, cell_text, tabulate
-from harness.outcomes import Result
+from harness.outcome_table import Column, OutcomeTable, cell_text, label_details, passed_text, tabulate
+from harness.outcomes import Outcome, Result
 
 __all__ = [
-    "FLAKE_COLUMNS", "device_text", "failing", "flake_confidence", "flake_rows", "kind_of",
-    "load_document", "outcome_table", "provenance_items", "ref_text", "ref_title", "results_of",
-    "short_sha",
+    "FLAKE_COLUMNS", "FailureGroup", "device_text", "failing", "failure_groups", "flake_confidence", "flake_rows",
+    "kind_of", "load_document", "outcome_table", "provenance_items", "ref_text", "ref_title", "results_of",
+    "short_sha", "totals_text",
 ]
 
 
@@ -67,6 +69,119 @@ def ref_title(ref: Mapping[str, Any]) -> str:
 
 def failing(results: Iterable[Result]) -> list[Result]:
     return [r for r in results if r.outcome.failed]
+
+
+def totals_text(results: Iterable[Result]) -> str:
+    """``5 passed, 11 failed, 1 skipped``; near-ties are passes, noted: ``10 passed (9 clean, 1 near-tie)``."""
+    results = list(results)
+    near_tie = sum(r.outcome is Outcome.NEAR_TIE for r in results)
+    return (f"{passed_text(sum(r.outcome.passed for r in results), near_tie)}, "
+            f"{sum(r.outcome.failed for r in results)} failed, "
+            f"{sum(r.outcome is Outcome.SKIPPED for r in results)} skipped")
+
+
+# -- failures, one entry per case and label ------------------------------------------
+
+MAX_LISTED_LOGS = 8           # other logs of a group named before "and N more"
+
+
+def _runs(values: list[int]) -> str:
+    """``0-4, 7``: sorted integers as ranges."""
+    values = sorted(set(values))
+    spans: list[list[int]] = []
+    for v in values:
+        if spans and v == spans[-1][1] + 1:
+            spans[-1][1] = v
+        else:
+            spans.append([v, v])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    """The failing results of one case with one label (repeats, devices, refs), in document order.
+
+    ``first`` is the representative: its summary, report, figures and log are shown; the
+    others are counted, placed (``where``) and their logs named (``other_logs``)."""
+
+    case_id: str
+    label: str
+    results: tuple[Result, ...]
+
+    @property
+    def first(self) -> Result:
+        return self.results[0]
+
+    @property
+    def count(self) -> int:
+        return len(self.results)
+
+    @property
+    def times(self) -> str:
+        """``×8``, or ``""`` for a single failure."""
+        return f"×{self.count}" if self.count > 1 else ""
+
+    @property
+    def detail(self) -> str:
+        """The failures' key detail over the group (``out 12.5%-25.0% bad``): ``label_details``."""
+        return label_details(self.results).get(self.label, "")
+
+    @property
+    def same_summary(self) -> bool:
+        return len({r.summary for r in self.results}) == 1
+
+    @property
+    def repeats(self) -> str:
+        """``0-4, 7``: the group's repeat indices as ranges."""
+        return _runs([r.repeat for r in self.results])
+
+    @property
+    def where(self) -> str:
+        """``npu:0, ref fix, repeat 0, seed 7`` / ``npu:0, npu:1, refs up, fix, repeats 0-4, seed 1234``."""
+        rs = self.results
+        devices = list(dict.fromkeys(r.device for r in rs if r.device))
+        refs = list(dict.fromkeys(r.ref for r in rs if r.ref))
+        seeds = list(dict.fromkeys(r.seed for r in rs if r.seed is not None))
+        parts = list(devices)
+        if refs:
+            parts.append(("ref " if len(refs) == 1 else "refs ") + ", ".join(refs))
+        parts.append(("repeat " if len({r.repeat for r in rs}) == 1 else "repeats ") + self.repeats)
+        if len(seeds) == 1:
+            parts.append(f"seed {seeds[0]}")
+        elif len(seeds) <= 4 and seeds:
+            parts.append("seeds " + ", ".join(map(str, seeds)))
+        elif seeds:
+            parts.append(f"{len(seeds)} seeds")
+        return ", ".join(parts)
+
+    @property
+    def log(self) -> str | None:
+        """The representative's log, else the first log any of the group has."""
+        return self.first.log or next((r.log for r in self.results if r.log), None)
+
+    @property
+    def other_logs(self) -> str:
+        """The group's other logs, compactly: file names when they share the representative's
+        folder (``in /x/logs: a.log, b.log``), at most ``MAX_LISTED_LOGS`` and how many more."""
+        main = self.log
+        others = [log for log in dict.fromkeys(r.log for r in self.results if r.log) if log != main]
+        if not others:
+            return ""
+        folder = os.path.dirname(main or "")
+        shown = others[:MAX_LISTED_LOGS]
+        if folder and all(os.path.dirname(log) == folder for log in shown):
+            text = "in the same folder: " + ", ".join(os.path.basename(log) for log in shown)
+        else:
+            text = ", ".join(shown)
+        return text + (f" and {len(others) - len(shown)} more" if len(others) > len(shown) else "")
+
+
+def failure_groups(results: Iterable[Result]) -> list[FailureGroup]:
+    """The failing results grouped by (case id, label), in order of each group's first failure."""
+    groups: dict[tuple[str, str], list[Result]] = {}
+    for r in failing(results):
+        groups.setdefault((r.case_id, r.label), []).append(r)
+    return [FailureGroup(case_id, label, tuple(rs)) for (case_id, label), rs in groups.items()]
 
 
 # -- the table -------------------------------------------------------------------
@@ -188,6 +303,9 @@ def flake_rows(doc: Mapping[str, Any]) -> list[tuple[str, ...]]:
     flake = doc.get("flake")
     if not isinstance(flake, Mapping):
         return []
+    runs: dict[str, list[Result]] = {}
+    for r in results_of(doc):
+        runs.setdefault(r.case_id, []).append(r)
     rows = []
     for case_id, s in flake.items():
         if not isinstance(s, Mapping):
@@ -200,7 +318,7 @@ def flake_rows(doc: Mapping[str, Any]) -> list[tuple[str, ...]]:
             rate += f" ({failures}/{total})"
         det = s.get("determinism")
         det_text = str(det.get("summary") or "") if isinstance(det, Mapping) else "not checked"
-        rows.append((str(case_id), str(total), cell_text(counts), rate, _interval(s.get("wilson")),
+        rows.append((str(case_id), str(total), cell_text(counts, label_details(runs.get(str(case_id), ()))), rate, _interval(s.get("wilson")),
                      _interval(s.get("clopper_pearson")), det_text))
     return rows
 

@@ -2,9 +2,10 @@
 
 Contents: the summary (counts per outcome label, with a filter), provenance,
 the flake statistics when present, one table per matrix (the engineers'
-table of ``document.outcome_table``) and, per failing case, its summary, the
-comparison report, the localisation figure of each failing buffer (an
-embedded PNG, see ``heatmap.py``) and the tail of its log.
+table of ``document.outcome_table``) and the failures, one entry per case and
+label (``document.failure_groups``: ``×8``, where they happened, the other
+logs) with a representative's summary, comparison report, the localisation
+figure of each failing buffer (see ``heatmap.py``) and the tail of its log.
 
 * Self-contained: inline CSS, one small inline script, images as ``data:``
   URIs.  A Content-Security-Policy ``<meta>`` allows nothing else: no
@@ -14,7 +15,7 @@ embedded PNG, see ``heatmap.py``) and the tail of its log.
   the outcome filter (its controls are ``hidden`` until the script shows them).
 * Escaping: every string from a case file, kernel, log or environment goes
   through ``html.escape`` (after ``clean_text`` drops control characters).
-* Size: the first ``MAX_DETAILED`` failures get figures, reports and logs;
+* Size: the first ``MAX_DETAILED`` entries get figures, reports and logs;
   later ones get their summary and a shortened report only, and the page says so.
 """
 from __future__ import annotations
@@ -29,12 +30,13 @@ from harness.files import write_text
 from harness.logs import clean_text, log_tail
 from harness.outcome_table import label_counts
 from harness.reports.document import (
-    FLAKE_COLUMNS, failing, flake_confidence, flake_rows, kind_of, outcome_table, provenance_items, results_of,
+    FLAKE_COLUMNS, FailureGroup, failing, failure_groups, flake_confidence, flake_rows, kind_of, outcome_table,
+    provenance_items, results_of, totals_text,
 )
 
 __all__ = ["MAX_DETAILED", "render_html", "write_html"]
 
-MAX_DETAILED = 200            # failures with figures, full report and log tail
+MAX_DETAILED = 200            # failure entries with figures, full report and log tail
 MAX_FIGURES_PER_CASE = 3
 REPORT_CHARS = 20_000
 SHORT_REPORT_CHARS = 1_500
@@ -48,13 +50,14 @@ h3{font-size:1.05em;margin:1em 0 .3em}
 table{border-collapse:collapse;margin:.3em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}
 th{background:#f2f2f2}td.n{text-align:right}
 .pass{background:#e6f4e6}.fail{background:#fbe3e1}.skip,.mixed{background:#fff6d6}.empty{color:#999}
-.label{font-family:ui-monospace,Menlo,Consolas,monospace;font-weight:600}
+.label{font-family:ui-monospace,Menlo,Consolas,monospace;font-weight:600}.times{font-weight:600;color:#c0392b}
 .case-id{font-family:ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
 pre{background:#f7f7f7;border:1px solid #e2e2e2;padding:6px;overflow:auto;max-height:28em;font-size:12px;white-space:pre-wrap;word-break:break-all}
 article{border:1px solid #ddd;border-left:4px solid #c0392b;padding:.2em .8em .6em;margin:.8em 0}
-article.skipped{border-left-color:#d4a017}
 dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:0 .8em;margin:.3em 0}dl.meta dt{color:#666}dl.meta dd{margin:0;word-break:break-all}
 figure{margin:.4em 0}figcaption{font-size:12px;color:#555}
+svg.heatmap{display:block;overflow:visible}svg.heatmap text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;font-size:12px;fill:#1b1b1b}
+svg.heatmap text.title{font-size:13px;font-weight:600}
 #filter{margin:.4em 0}#filter label{margin-right:1em;white-space:nowrap}
 .note{color:#555;font-style:italic}
 [hidden]{display:none!important}
@@ -95,12 +98,8 @@ def _csp() -> str:
 
 
 def _summary(out: list[str], results, failed_labels: set[str]) -> None:
-    passed = sum(r.outcome.passed for r in results)
-    failed = sum(r.outcome.failed for r in results)
-    skipped = sum(r.outcome.value == "SKIPPED" for r in results)
     out.append('<section id="summary"><h2>Summary</h2>')
-    out.append(f"<p><strong>{len(results)}</strong> results: <strong>{passed}</strong> passed, "
-               f"<strong>{failed}</strong> failed, <strong>{skipped}</strong> skipped.</p>")
+    out.append(f"<p><strong>{len(results)}</strong> results: {_e(totals_text(results))}.</p>")
     counts = label_counts(results)
     out.append('<table class="counts"><tr><th>outcome</th><th>results</th></tr>')
     for label, n in counts.items():
@@ -164,6 +163,22 @@ def _matrices(out: list[str], doc: Mapping[str, Any], anchors: dict[str, str]) -
     out.append("</section>")
 
 
+def _svg(drawn, title: str) -> str:
+    """A figure as inline SVG: its PNG at its own pixel size in its box, its labels as text over it."""
+    png = base64.b64encode(drawn.png).decode("ascii")
+    w, h = drawn.width, drawn.height
+    x, y, iw, ih = drawn.image_box
+    texts = []
+    for label in drawn.labels:
+        turn = f' transform="rotate(-90 {label.x:g} {label.y:g})"' if label.vertical else ""
+        texts.append(f'<text class="{label.role}" x="{label.x:g}" y="{label.y:g}" text-anchor="{label.anchor}"'
+                     f' dominant-baseline="middle"{turn}>{_e(label.text)}</text>')
+    return (f'<svg class="heatmap" role="img" aria-label="{_e(title)}" width="{w}" height="{h}" '
+            f'viewBox="0 0 {w} {h}"><title>{_e(title)}</title>'
+            f'<image href="data:image/png;base64,{png}" x="{x}" y="{y}" width="{iw}" height="{ih}"></image>'
+            + "".join(texts) + "</svg>")
+
+
 def _figures(r, renderer) -> list[str]:
     from harness.reports.heatmap import panels_for
     parts = []
@@ -178,7 +193,7 @@ def _figures(r, renderer) -> list[str]:
         panels = panels_for(str(name), m)
         if panels is None:
             continue
-        png = base64.b64encode(renderer.render(panels)).decode("ascii")
+        drawn = renderer.draw(panels)
         caption = f"{name}: bad-element ratio"
         if panels.ratio is not None:
             (a0, a1), (n0, n1) = panels.axes, panels.size
@@ -192,19 +207,22 @@ def _figures(r, renderer) -> list[str]:
                         else ")")
         if panels.ratio is not None:
             caption += "; right: the share of map cells at each bad ratio."
-        parts.append(f'<figure><img alt="{_e("localisation of " + str(name))}" '
-                     f'src="data:image/png;base64,{png}"><figcaption>{_e(caption)}</figcaption></figure>')
+        parts.append(f"<figure>{_svg(drawn, 'localisation of ' + str(name))}"
+                     f"<figcaption>{_e(caption)}</figcaption></figure>")
     return parts
 
 
-def _case(out: list[str], r, anchor: str, detailed: bool, renderer) -> None:
-    cls = "skipped" if r.outcome.value == "SKIPPED" else "failed"
-    out.append(f'<article id="{anchor}" class="{cls}" data-labels="{_e(_token(r.label))}">')
-    out.append(f'<h3><span class="label">{_e(r.label)}</span> <span class="case-id">{_e(r.case_id)}</span></h3>')
+def _case(out: list[str], g: FailureGroup, anchor: str, detailed: bool, renderer) -> None:
+    r = g.first
+    out.append(f'<article id="{anchor}" class="failed" data-labels="{_e(_token(g.label))}">')
+    times = f' <span class="times">{_e(g.times)}</span>' if g.times else ""
+    out.append(f'<h3><span class="label">{_e(g.label)}</span>{times} <span class="case-id">{_e(g.case_id)}</span></h3>')
     out.append(f"<p>{_e(r.summary)}</p>")
-    meta = [("device", r.device), ("ref", r.ref), ("repeat", r.repeat), ("seed", r.seed), ("code", r.code),
+    if not g.same_summary and g.detail:
+        out.append(f'<p class="note">all {g.count}: {_e(g.detail)}</p>')
+    meta = [("where", g.where), ("code", r.code),
             ("duration", f"{r.duration_s:.3f} s" if isinstance(r.duration_s, (int, float)) else r.duration_s),
-            ("kernel", r.kernel), ("log", r.log)]
+            ("kernel", r.kernel), ("log", g.log), ("other logs", g.other_logs)]
     if r.params:
         meta.append(("params", ", ".join(f"{k}={v}" for k, v in r.params.items())))
     out.append('<dl class="meta">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in meta
@@ -215,7 +233,7 @@ def _case(out: list[str], r, anchor: str, detailed: bool, renderer) -> None:
         text = _cap(clean_text(r.report), REPORT_CHARS if detailed else SHORT_REPORT_CHARS)
         out.append(f"<details open><summary>report</summary><pre>{html.escape(text)}</pre></details>")
     if detailed:
-        tail = log_tail(r.log, LOG_LINES, LOG_BYTES)
+        tail = log_tail(g.log, LOG_LINES, LOG_BYTES)
         if tail:
             out.append(f"<details><summary>log (last {LOG_LINES} lines)</summary>"
                        f"<pre>{html.escape(tail)}</pre></details>")
@@ -230,20 +248,21 @@ def render_html(doc: Mapping[str, Any], *, max_detailed: int = MAX_DETAILED, ren
     """
     results = results_of(doc)
     bad = failing(results)
+    groups = failure_groups(bad)
     failed_labels = {r.label for r in bad}
     anchors: dict[str, str] = {}
-    for i, r in enumerate(bad):
-        anchors.setdefault(r.case_id, f"f{i}")
+    for i, g in enumerate(groups):
+        anchors.setdefault(g.case_id, f"f{i}")
 
     class _Lazy:
         def __init__(self):
             self.real = renderer
 
-        def render(self, panels):
+        def draw(self, panels):
             if self.real is None:
                 from harness.reports.heatmap import FigureRenderer
                 self.real = FigureRenderer()
-            return self.real.render(panels)
+            return self.real.draw(panels)
 
     lazy = _Lazy()
     kind = kind_of(doc)
@@ -260,12 +279,15 @@ def render_html(doc: Mapping[str, Any], *, max_detailed: int = MAX_DETAILED, ren
     _flake(out, doc)
     _matrices(out, doc, anchors)
     out.append(f'<section id="failures"><h2>Failures ({len(bad)})</h2>')
-    if len(bad) > max_detailed:
-        out.append(f'<p class="note">The first {max_detailed} failures have figures, the full report and '
-                   f"the log tail; the other {len(bad) - max_detailed} have their summary and a shortened "
+    if bad:
+        out.append(f'<p class="note">{len(bad)} failing results in {len(groups)} entries: one per case and '
+                   "outcome, with where it happened and a representative's details.</p>")
+    if len(groups) > max_detailed:
+        out.append(f'<p class="note">The first {max_detailed} entries have figures, the full report and '
+                   f"the log tail; the other {len(groups) - max_detailed} have their summary and a shortened "
                    "report only (the JSON report has everything).</p>")
-    for i, r in enumerate(bad):
-        _case(out, r, f"f{i}", i < max_detailed, lazy)
+    for i, g in enumerate(groups):
+        _case(out, g, f"f{i}", i < max_detailed, lazy)
     if not bad:
         out.append('<p class="note">No failures.</p>')
     out.append("</section>")

@@ -4,10 +4,11 @@ Sections, in order: a provenance header (devices with torch / torch-npu /
 CANN / CUDA versions, host, harness, refs with short shas and subjects, the
 relevant environment), counts per outcome label, one table per matrix in the
 layout engineers paste (``| case | upstream 68889bc | fix 65ae4d5 |`` with
-cells ``0/5 PASS, 5/5 FAIL_507018``), the flake statistics when the document
-has them, and a collapsed ``<details>`` list of failing cases with their
-one-line summaries and, for the first few, the head of the comparison report
-and the tail of the log in fenced blocks.
+cells ``0/5 PASS, 5/5 FAIL_507018 (ACL_ERROR_RT_AICORE_EXCEPTION)``), the
+flake statistics when the document has them, and a collapsed ``<details>`` list
+of failures, one entry per case and label (``×8`` and where they happened) with
+a representative's one-line summary and log and, for the first few, the head of
+its comparison report and the tail of its log in fenced blocks.
 
 Escaping: every string that comes from a case file, a kernel, a log or the
 environment goes through ``escape`` (inline text: backslash before Markdown
@@ -25,14 +26,15 @@ from typing import Any, Mapping
 from harness.logs import clean_text, log_tail
 from harness.outcome_table import label_counts
 from harness.reports.document import (
-    FLAKE_COLUMNS, failing, flake_confidence, flake_rows, kind_of, outcome_table, provenance_items, results_of,
+    FLAKE_COLUMNS, FailureGroup, failing, failure_groups, flake_confidence, flake_rows, kind_of, outcome_table,
+    provenance_items, results_of, totals_text,
 )
 
 __all__ = ["MAX_CHARS", "escape", "fenced", "render_markdown"]
 
 MAX_CHARS = 60_000
 FULL_TABLE_ROWS = 50          # larger matrices list only the rows that did not pass everywhere
-LISTED_FAILURES = 200         # one-line entries in the <details> list
+LISTED_FAILURES = 200         # entries (case and label) in the <details> list
 EXCERPTS = 10                 # failures that also get report / log excerpts
 EXCERPT_REPORT_LINES = 20
 EXCERPT_LOG_LINES = 12
@@ -71,11 +73,7 @@ def _table(header: list[str], rows: list[list[str]], align: list[str] | None = N
 def _header(doc: Mapping[str, Any], results) -> list[str]:
     kind = kind_of(doc)
     title = "Harness report" if kind == "run" else f"Harness {escape(kind)} report"
-    failed = sum(r.outcome.failed for r in results)
-    skipped = sum(r.outcome.value == "SKIPPED" for r in results)
-    passed = sum(r.outcome.passed for r in results)
-    lines = [f"## {title}", "",
-             f"**{len(results)} results**: {passed} passed, {failed} failed, {skipped} skipped", ""]
+    lines = [f"## {title}", "", f"**{len(results)} results**: {escape(totals_text(results))}", ""]
     for key, value in provenance_items(doc):
         if key == "kind":
             continue
@@ -159,38 +157,46 @@ def _flake(doc: Mapping[str, Any]) -> list[str]:
     return ["", "### Flake statistics", ""] + _table(header, [[escape(v) for v in row] for row in rows])
 
 
-def _where(r) -> str:
-    parts = [escape(r.device)] if r.device else []
-    if r.ref:
-        parts.append(f"ref {escape(r.ref)}")
-    parts.append(f"repeat {r.repeat}")
-    if r.seed is not None:
-        parts.append(f"seed {r.seed}")
-    return ", ".join(parts)
+def _entry(g: FailureGroup) -> list[str]:
+    """``- **CRASH** ×8 case (npu:0, repeats 0-7, seed 1): summary`` and its log line."""
+    times = f" {g.times}" if g.times else ""
+    text = escape(g.first.summary)
+    if not g.same_summary and g.detail:
+        text += f" \\(all {g.count}: {escape(g.detail)}\\)"
+    lines = [f"- **{escape(g.label)}**{times} {escape(g.case_id)} ({escape(g.where)}): {text}"]
+    if g.log:
+        others = f"; other logs {escape(g.other_logs)}" if g.other_logs else ""
+        lines.append(f"  - log: {escape(g.log, limit=None)}{others}")
+    return lines
 
 
 def _failures(results, budget: int) -> list[str]:
     bad = failing(results)
     if not bad:
         return []
-    lines = ["", "<details>", f"<summary>Failing cases ({len(bad)})</summary>", ""]
+    groups = failure_groups(bad)
+    budget -= 200             # the closing note and tag, always written
+    lines = ["", "<details>", f"<summary>Failing cases ({len(bad)})</summary>", "",
+             f"_{len(bad)} failing results: one entry per case and outcome ({len(groups)})._", ""]
     used = sum(len(x) + 1 for x in lines)
     listed = 0
-    for r in bad[:LISTED_FAILURES]:
-        line = f"- **{escape(r.label)}** {escape(r.case_id)} ({_where(r)}): {escape(r.summary)}"
-        if used + len(line) + 1 > budget:
+    for g in groups[:LISTED_FAILURES]:
+        entry = _entry(g)
+        size = sum(len(x) + 1 for x in entry)
+        if used + size > budget:
             break
-        lines.append(line)
-        used += len(line) + 1
+        lines += entry
+        used += size
         listed += 1
-    if listed < len(bad):
-        lines += ["", f"_{len(bad) - listed} more failing cases are not listed here "
+    if listed < len(groups):
+        lines += ["", f"_{len(groups) - listed} more failing cases are not listed here "
                       "(see the JSON, JUnit or HTML report)._"]
     seen = set()
-    for r in bad[:listed]:
+    for g in groups[:listed]:
         if len(seen) >= EXCERPTS:
             break
-        key = (r.case_id, r.label, r.report)     # repeats of one failure: one excerpt
+        r = g.first
+        key = (r.case_id, r.label, r.report)
         if key in seen:
             continue
         seen.add(key)
@@ -205,7 +211,9 @@ def _failures(results, budget: int) -> list[str]:
             body.append(f"--- last lines of the log ---\n{tail}")
         if not body:
             continue
-        block = ["", f"**{escape(r.label)}** {escape(r.case_id)} ({_where(r)})", "", fenced("\n\n".join(body))]
+        times = f" {g.times}" if g.times else ""
+        block = ["", f"**{escape(r.label)}**{times} {escape(r.case_id)} ({escape(g.where)})", "",
+                 fenced("\n\n".join(body))]
         size = sum(len(x) + 1 for x in block)
         if used + size > budget:
             break

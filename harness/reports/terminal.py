@@ -2,8 +2,9 @@
 
 A rich live display (a bar with done/total, failures so far, elapsed time and
 ETA, and under it the case each device is running) on a terminal; one plain line per case otherwise, so CI logs stay readable.
-The final table groups results by outcome and lists every failure with its
-one-line summary.
+The final table counts results per outcome (a near-tie is a pass, noted) and
+lists the failures by outcome, one row per case and outcome (``×8``, where it
+happened, the key detail when the repeats differ), then each entry's log path.
 """
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from harness.outcome_table import NEAR_TIE, PASS, passed_text
 from harness.outcomes import Outcome, Result
+from harness.reports.document import failure_groups
 
 _STYLE = {Outcome.PASS: "green", Outcome.NEAR_TIE: "green", Outcome.SKIPPED: "yellow"}
 
@@ -99,32 +102,43 @@ class Reporter:
         table = Table(title="Summary", show_lines=False)
         table.add_column("outcome")
         table.add_column("cases", justify="right")
-        for label, count in sorted(summary["counts"].items(), key=lambda kv: (-kv[1], kv[0])):
-            table.add_row(label, str(count))
+        counts = sorted(summary["counts"].items(), key=lambda kv: (kv[0] != PASS, kv[0] != NEAR_TIE, -kv[1], kv[0]))
+        for label, count in counts:
+            table.add_row(label + (" (passed)" if label == NEAR_TIE else ""), str(count))
         self.console.print(table)
-        failed = sorted((r for r in results if r.outcome.failed), key=lambda r: (r.label, r.case_id, r.repeat))
-        if failed:
+        groups = sorted(failure_groups(results), key=lambda g: (g.label, g.case_id))
+        if groups:
             fail_table = Table(title="Failures, by outcome")
             fail_table.add_column("outcome", no_wrap=True)
             fail_table.add_column("case", overflow="fold")
+            fail_table.add_column("where", overflow="fold")
             fail_table.add_column("summary", overflow="fold")
             previous = None
-            for r in failed:   # Text: case ids hold [...] that rich would read as markup
-                if previous is not None and r.label != previous:
+            for g in groups:   # Text: case ids hold [...] that rich would read as markup
+                if previous is not None and g.label != previous:
                     fail_table.add_section()
-                name = r.case_id + (f" (iter {r.repeat})" if r.repeat else "") + (f" @ {r.ref}" if r.ref else "")
-                fail_table.add_row(Text("" if r.label == previous else r.label), Text(name), Text(r.summary))
-                previous = r.label
+                text = g.first.summary
+                if not g.same_summary and g.detail:
+                    text += f" (all {g.count}: {g.detail})"
+                fail_table.add_row(Text("" if g.label == previous else g.label),
+                                   Text(g.case_id + (f" {g.times}" if g.times else "")), Text(g.where), Text(text))
+                previous = g.label
             self.console.print(fail_table)
-            logged = [r for r in failed if r.log]
+            logged = [g for g in groups if g.log]
             if logged:     # plain lines, never folded: a path to copy into a shell
                 self.console.print("logs of the failing cases:", markup=False)
-                for r in logged:
-                    iteration = f" (iter {r.repeat})" if r.repeat else ""
-                    self.console.print(f"  {r.case_id}{iteration}: {r.log}", markup=False, soft_wrap=True)
+                for g in logged:
+                    if g.count > 1:
+                        iteration = f" ({g.times}, iters {g.repeats})"
+                    else:
+                        iteration = f" (iter {g.first.repeat})" if g.first.repeat else ""
+                    self.console.print(f"  {g.case_id}{iteration}: {g.log}", markup=False, soft_wrap=True)
+                    if g.other_logs:
+                        self.console.print(f"    other logs {g.other_logs}", markup=False, soft_wrap=True)
         gc = summary["golden_cache"]
+        near_tie = summary.get("outcomes", {}).get(NEAR_TIE, 0)
         self.console.print(
-            f"{summary['total']} cases: {summary['passed']} passed, {summary['failed']} failed, "
+            f"{summary['total']} cases: {passed_text(summary['passed'], near_tie)}, {summary['failed']} failed, "
             f"{summary['skipped']} skipped; goldens computed {gc['computed']}, from cache {gc['hits']}",
             markup=False,
         )

@@ -55,9 +55,10 @@ def test_compare_three_refs_table_verdict_and_build_error(tmp_path, golden_cache
     (row,) = doc["compare"]
     flaky_fails = sum(_corrupts(0, call, 0.5) for call in range(4, 8))   # calls 0-3 ran on the good ref
     assert row["cells"]["good"] == "4/4 PASS"
-    expected = f"{4 - flaky_fails}/4 PASS" + (f", {flaky_fails}/4 MISMATCH" if flaky_fails else "")
+    # a failing label carries its key detail: the buffer and its bad fraction, the build's failure
+    expected = f"{4 - flaky_fails}/4 PASS" + (f", {flaky_fails}/4 MISMATCH (query 25.0% bad)" if flaky_fails else "")
     assert row["cells"]["flaky"] == expected
-    assert row["cells"]["broken"] == "0/4 PASS, 4/4 BUILD_ERROR"
+    assert row["cells"]["broken"].startswith("0/4 PASS, 4/4 BUILD_ERROR (")
     assert row["verdict"] == "regressed"                      # 0/4 -> 4/4 failures, Fisher p = 0.029
     assert {r["ref"] for r in doc["results"]} == {"good", "flaky", "broken"}
     ran = [r for r in doc["results"] if r["outcome"] != "BUILD_ERROR"]
@@ -66,7 +67,7 @@ def test_compare_three_refs_table_verdict_and_build_error(tmp_path, golden_cache
     markdown = (tmp_path / "c.md").read_text()
     assert f"| case | good {info.shas[2][:7]} | flaky {info.shas[7][:7]} | broken {info.shas[8][:7]} | verdict |" \
         in markdown
-    assert r"0/4 PASS, 4/4 BUILD\_ERROR | regressed \(Fisher p = 0\.0286\) |" in markdown
+    assert r"0/4 PASS, 4/4 BUILD\_ERROR \(" in markdown and r" | regressed \(Fisher p = 0\.0286\) |" in markdown
     from junitparser import JUnitXml
     cases = [c for suite in JUnitXml.fromfile(str(tmp_path / "c.xml")) for c in suite]
     # only the candidate's (broken's) failing runs fail; the flaky ref in between is reported, not red

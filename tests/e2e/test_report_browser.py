@@ -6,8 +6,12 @@ the system binary), and checks: the screenshot is a non-empty PNG, kept under
 the test's tmp dir (its path is printed), the page's rendered text shows the
 summary, the injected ``<script>alert(1)</script>`` case id is text and not an
 element, no dialog opened, and the outcome filter was shown by the page's own
-script (so the Content-Security-Policy let exactly that script run).  Skipped,
-with the reason, where no browser is installed (CI installs Debian's chromium).
+script (so the Content-Security-Policy let exactly that script run).  Through
+Playwright it also measures the localisation figures as laid out: every title,
+axis name and tick label of a heatmap is text whose rendered box is at least
+``MIN_TEXT_PX`` high, and a screenshot of the first figure is kept under
+``reports/test-artifacts/`` (its path is printed).  Skipped, with the reason,
+where no browser is installed (CI installs Debian's chromium).
 """
 from __future__ import annotations
 
@@ -26,6 +30,8 @@ pytestmark = pytest.mark.slow
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+MIN_TEXT_PX = 11              # legible at 100% zoom
+ARTIFACTS = Path(__file__).resolve().parents[2] / "reports" / "test-artifacts"
 
 
 def _binary() -> str | None:
@@ -77,9 +83,9 @@ def _text(dom: str) -> str:
     return re.sub(r"\s+", " ", "".join(parser.parts))
 
 
-def _keep(shot: Path) -> None:
+def _keep(shot: Path, min_bytes: int = 10_000) -> None:
     data = shot.read_bytes()
-    assert data.startswith(PNG_MAGIC) and len(data) > 10_000
+    assert data.startswith(PNG_MAGIC) and len(data) > min_bytes
     print(f"report screenshot: {shot}")
 
 
@@ -97,6 +103,30 @@ def _check_dom(dom: str) -> None:
     assert dom.lower().count("<script") == 1                   # ours only
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom     # the case id, escaped
     assert 'id="filter" hidden' not in dom                     # the page's script ran
+
+
+def _check_figures(page) -> None:
+    """The heatmaps' texts as laid out at 100% zoom: present, each box >= MIN_TEXT_PX high."""
+    figures = page.locator("svg.heatmap")
+    assert figures.count() == 2
+    first = figures.first.bounding_box()
+    assert first["width"] >= 700 and first["height"] >= 200        # shown at its own pixel size, not shrunk
+    texts = page.locator("svg.heatmap text")
+    boxes = []
+    for i in range(texts.count()):
+        text = texts.nth(i)
+        box = text.bounding_box()
+        boxes.append((text.get_attribute("class"), text.text_content(), min(box["width"], box["height"])))
+    roles = {role for role, _, _ in boxes}
+    assert {"title", "axis", "tick"} <= roles
+    assert "out: bad ratio per cell" in {t for _, t, _ in boxes} and "bad ratio per page" in {t for _, t, _ in boxes}
+    small = [(t, round(h, 1)) for _, t, h in boxes if h < MIN_TEXT_PX]
+    assert not small, small
+    print("heatmap text heights (px):", sorted({round(h, 1) for _, _, h in boxes}))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "report-heatmap.png"
+    figures.first.locator("xpath=..").screenshot(path=str(shot))
+    _keep(shot, min_bytes=5_000)
 
 
 def test_report_in_chromium_cli(report, tmp_path):
@@ -133,6 +163,7 @@ def test_report_in_playwright(report, tmp_path):
         _check_dom(page.content())
         assert page.locator("script").count() == 1 and not dialogs
         assert NASTY_ID in page.inner_text("body")
+        _check_figures(page)
         # The filter hides what is unchecked.
         page.uncheck("#filter input[value=FAIL_507018]")
         assert page.locator("article[data-labels=FAIL_507018]").first.is_hidden()

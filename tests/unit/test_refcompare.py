@@ -24,7 +24,7 @@ def test_cells_read_like_the_pasted_tables():
     assert _cell(_results("up", [F] * 5)) == "0/5 PASS, 5/5 FAIL_507018"
     assert _cell(_results("fix", [P] * 5)) == "5/5 PASS"
     mixed = _results("x", [P, P, (Outcome.NEAR_TIE, None), (Outcome.MISMATCH, None), F, F])
-    assert _cell(mixed) == "2/6 PASS, 2/6 FAIL_507018, 1/6 MISMATCH, 1/6 NEAR_TIE"
+    assert _cell(mixed) == "3/6 PASS (2 clean, 1 near-tie), 2/6 FAIL_507018, 1/6 MISMATCH"
     assert _cell(_results("x", [(Outcome.SKIPPED, None)] * 2)) == "2 skipped"
     assert _cell(_results("x", [P, (Outcome.SKIPPED, None)])) == "1/1 PASS"
 

@@ -105,7 +105,7 @@ def test_summary_provenance_tables_flake(page_text):
     assert "env PTO2_RING_HEAP 1073741824" in text
     assert "68889bc upstream head" in text
     assert "upstream 68889bc fix 65ae4d5" in text
-    assert "0/5 PASS, 5/5 FAIL_507018 5/5 PASS" in text
+    assert "0/5 PASS, 5/5 FAIL_507018 (ACL_ERROR_RT_AICPU_EXCEPTION) 5/5 PASS" in text
     assert "Flake statistics" in text and "15.0% (3/20)" in text and "NONDETERMINISTIC" in text
     assert "Failures (11)" in text
 
@@ -119,28 +119,47 @@ def test_filter_works_from_data_attributes(page_text):
     labelled = [a["data-labels"] for t, a in page.tags if "data-labels" in a]
     assert "FAIL_507018 PASS" in labelled
     assert all(set(v.split()) <= boxes for v in labelled)
-    assert sum(1 for t, a in page.tags if t == "article") == 11
+    # one entry per case and label: the 5 device faults of one case are one entry, the 2 refs of paged-attn one
+    assert sum(1 for t, a in page.tags if t == "article") == 6
 
 
 def test_heatmaps_are_embedded_pngs(page_text):
     from PIL import Image
-    imgs = Page(page_text).all("img")
-    assert len(imgs) == 3                      # paged-attn on two refs, the cache case
-    assert imgs[0]["src"] == imgs[1]["src"]    # the same data draws the same picture
-    for img in imgs:
-        data = base64.b64decode(img["src"].split(",", 1)[1])
+    page = Page(page_text)
+    imgs = page.all("image")                   # the PNG inside each figure's inline SVG
+    assert len(imgs) == 2                      # paged-attn (one entry for its two refs), the cache case
+    for img, svg in zip(imgs, page.all("svg")):
+        data = base64.b64decode(img["href"].split(",", 1)[1])
         assert data.startswith(PNG_MAGIC) and len(data) < 40_000
         im = Image.open(io.BytesIO(data))
-        assert im.size[0] > 200 and len(np.unique(np.asarray(im.convert("L")))) > 10
-        assert img["alt"].startswith("localisation of ")
+        assert im.size == (int(img["width"]), int(img["height"]))   # shown at its own pixel size
+        assert int(img["x"]) + im.size[0] <= int(svg["width"]) and int(img["y"]) + im.size[1] <= int(svg["height"])
+        assert len(np.unique(np.asarray(im.convert("L")))) > 10
+        assert svg["aria-label"].startswith("localisation of ")
+    text = " ".join(page.text)
+    assert "out: bad ratio per cell" in text and "bad ratio per page" in text and "share of cells" in text
     assert "per batch x head cell" in page_text and "per cache page" in page_text
+
+
+def test_figure_text_is_svg_text_at_a_legible_size(renderer):
+    from harness.reports.heatmap import HEIGHT, TEXT_PX, TITLE_PX, WIDTH, labels_for
+    out_m, _ = mismatch_metrics()
+    drawn = renderer.draw(panels_for("out", out_m))
+    roles = {label.role for label in drawn.labels}
+    assert roles == {"title", "axis", "tick"} and min(TEXT_PX, TITLE_PX) >= 11
+    assert all(0 <= label.x <= WIDTH and 0 <= label.y <= HEIGHT for label in drawn.labels)
+    assert {label.text for label in labels_for(panels_for("k", {"localisation": {"page": [0.0, 1.0]}}))} == {
+        "bad ratio per page", "page", "0%", "50%", "100%"}
+    css = re.search(r"<style>(.*?)</style>", render_html(build_document([], started=0.0, devices=[], command=[])),
+                    re.S).group(1)
+    assert f"svg.heatmap text{{" in css and f"font-size:{TEXT_PX}px" in css and f"font-size:{TITLE_PX}px" in css
 
 
 def test_detail_is_capped(tmp_path, renderer):
     doc = sample_document(tmp_path)
     text = render_html(doc, max_detailed=2, renderer=renderer)
-    assert "The first 2 failures have figures" in text and "the other 9 have their summary" in text
-    assert text.count("<img ") == 0           # the first two failures are device faults: no metrics
+    assert "The first 2 entries have figures" in text and "the other 4 have their summary" in text
+    assert text.count("<svg ") == 1           # the device faults (one entry) have no metrics, paged-attn has
     assert text.count("log (last 40 lines)") == 2
 
 
@@ -159,7 +178,7 @@ def test_no_failures_and_no_pyplot(tmp_path):
     doc = build_document([Result("m[a=1]", Outcome.PASS, device="cpu")], started=0.0, devices=["cpu"],
                          command=["h"])
     text = render_html(doc)
-    assert "No failures." in text and "<img" not in text
+    assert "No failures." in text and "<svg" not in text
     out_m, _ = mismatch_metrics()
     FigureRenderer().render(panels_for("out", out_m))
     assert had_pyplot or "matplotlib.pyplot" not in sys.modules

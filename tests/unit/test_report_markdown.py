@@ -89,7 +89,7 @@ def test_render_sections(tmp_path):
     # the engineers' table
     assert "| case | upstream 68889bc | fix 65ae4d5 |" in text
     assert ("| decode\\-rope\\-kv\\[batch=16,seq\\_lens=uniform\\(1,3756\\),slot\\_mode=arange,seed=1234\\] "
-            "| 0/5 PASS, 5/5 FAIL\\_507018 | 5/5 PASS |") in text
+            "| 0/5 PASS, 5/5 FAIL\\_507018 \\(ACL\\_ERROR\\_RT\\_AICPU\\_EXCEPTION\\) | 5/5 PASS |") in text
     # counts, flake, failures
     assert "| FAIL\\_507018 | 5 |" in text
     assert "### Flake statistics" in text and "15\\.0% \\(3/20\\)" in text and "\\[5\\.2%, 36\\.0%\\]" in text
@@ -166,7 +166,7 @@ def test_outcome_table_by_ref(tmp_path):
     assert [c.title for c in table.columns] == ["upstream 68889bc", "fix 65ae4d5"]
     assert [m for m, _ in table.matrices] == ["decode-rope-kv", "paged-attn", "evil|matrix"]
     row = table.matrices[0][1][0]
-    assert row.cell("upstream").text == "0/5 PASS, 5/5 FAIL_507018"
+    assert row.cell("upstream").text == "0/5 PASS, 5/5 FAIL_507018 (ACL_ERROR_RT_AICPU_EXCEPTION)"
     assert row.cell("fix").text == "5/5 PASS" and row.cell("fix").status == "pass"
     assert row.cell("upstream").status == "fail" and row.differs
     assert row.labels == ["FAIL_507018", "PASS"]
@@ -182,7 +182,7 @@ def test_outcome_table_by_device_and_single():
     assert table.by == "device" and [c.key for c in table.columns] == ["npu:0", "npu:1"]
     first = table.rows[0]
     assert first.cell("npu:0").text == "1/1 PASS" and first.cell("npu:1").text == "0/1 PASS, 1/1 FAIL_507018"
-    assert table.rows[1].cell("npu:1").text == "0/1 PASS, 1/1 NEAR_TIE"
+    assert table.rows[1].cell("npu:1").text == "1/1 PASS (0 clean, 1 near-tie)"     # a near-tie is a pass
     assert table.rows[1].cell("npu:1").status == "pass"
     single = outcome_table([Result("m[a=1]", Outcome.PASS, device="cpu", repeat=i) for i in range(2)])
     assert single.by == "single" and single.columns[0].title == "cpu"
