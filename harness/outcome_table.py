@@ -102,7 +102,8 @@ def detail(result: Result) -> Detail | None:
 
     Check failures: the failing buffer with the largest bad fraction (``out 99.8% bad``);
     a guard band: the buffer and where (``k_cache 64 before the start``); an argmax flip:
-    the rows; faults: the code's name (``ACL_ERROR_RT_AICORE_EXCEPTION``), the signal of a
+    the rows; faults: the reporting core (``fftsplus aicore core 9``), else the root
+    cause, else the code's name (``ACL_ERROR_RT_AICORE_EXCEPTION``), the signal of a
     crash, the bytes an OOM asked for; a hang: its timeout and what the log showed; a build
     error: its exit status.  Else the summary's first clause; None for passes and skips."""
     o, m, summary = result.outcome, result.metrics if isinstance(result.metrics, Mapping) else {}, result.summary or ""
@@ -120,9 +121,16 @@ def detail(result: Result) -> Detail | None:
     elif o in _FAULTS:
         if o is Outcome.CRASH and isinstance(result.code, str):
             return Detail(result.code)
+        fields = m.get("fields")
+        # What faulted, as PR tables say it ("AICore 507018"): the core that reported it, else the
+        # root cause, else the printed code's name (the label already carries the code itself).
+        if isinstance(fields, Mapping) and fields.get("core_kind"):
+            core = f" core {fields['core_id']}" if fields.get("core_id") is not None else ""
+            return Detail(f"{fields['core_kind']}{core}")
+        if m.get("cause"):
+            return Detail(str(m["cause"]))
         if m.get("fault_name"):
             return Detail(str(m["fault_name"]))
-        fields = m.get("fields")
         if o is Outcome.OOM and isinstance(fields, Mapping) and isinstance(fields.get("requested_bytes"), int):
             return Detail(f"{fields['requested_bytes'] / 2 ** 20:.4g} MiB requested")
     elif o is Outcome.HANG:

@@ -115,6 +115,8 @@ class Classification:
     fields: dict[str, Any] = field(default_factory=dict)        # named groups: core_id, retcode, runtime_status, ...
     hint: str | None = None
     name: str | None = None                                     # the code's name: ACL_ERROR_RT_AICORE_EXCEPTION
+    cause: str | None = None                                    # the root cause's meaning, when the label names
+                                                                # another code: "AI Core execution fault"
 
 
 # ---------------------------------------------------------------------------
@@ -296,7 +298,8 @@ def _from_hits(hits: list[Hit], prefix: str = "") -> Classification | None:
     summary += f" | {_evidence(cause.line)}"
     hint = next((h.hint for h in (cause, named, *sorted(hits, key=_strength)) if h.hint), None)
     return Classification(cause.outcome, named.code, summary, cause.sticky, cause.rule.name,
-                          tuple(secondary), fields, hint, named.name)
+                          tuple(secondary), fields, hint, named.name,
+                          cause.meaning if cause is not named else None)
 
 
 def classify_text(text: str, rules: Sequence[Rule] | None = None) -> Classification | None:

@@ -402,4 +402,6 @@ def _fault_metrics(cls: Classification) -> dict:
         metrics["hint"] = cls.hint
     if cls.name:
         metrics["fault_name"] = cls.name
+    if cls.cause:
+        metrics["cause"] = cls.cause
     return metrics

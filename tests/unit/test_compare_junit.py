@@ -42,7 +42,9 @@ def test_a_candidate_that_fixes_everything_has_no_failures(tmp_path):
     assert len(cases) == 10 and _red(cases) == set()
     baseline = cases["m[a=1] [repeat 0] @up"]
     assert "MISMATCH on the baseline up: not a failure of this compare" in baseline.system_out
-    assert "Verdict for m[a=1]: fixed (up 0/5 PASS, 5/5 MISMATCH -> fix 5/5 PASS)" in baseline.system_out
+    # the cell carries its failures' detail (here the results' summary) after the label
+    assert "Verdict for m[a=1]: fixed (up 0/5 PASS, 5/5 MISMATCH (MISMATCH on up) -> fix 5/5 PASS)" \
+        in baseline.system_out
     assert props[baseline.name]["ref_role"] == "baseline" and props[baseline.name]["ref_verdict"] == "fixed"
 
 

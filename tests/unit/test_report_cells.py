@@ -63,7 +63,11 @@ def test_each_kind_of_failure_has_its_telling_phrase():
                 metrics={"argmax": {"compared_rows": 12, "near_ties": 0, "flips": 3}}),
          "argmax flipped in 3 of 12 rows"),
         (_fault(classify_exit(-11)), "SIGSEGV"),
-        (_fault(classify_text(npu_text)), "ACL_ERROR_RT_AICORE_EXCEPTION"),
+        (_fault(classify_text(npu_text)), "AI Core execution fault"),     # the cause, not 507018's name
+        (_fault(classify_text("aclrtSynchronizeStream(stream) failed: 507018 (main.cpp:141)\n"
+                              "[ERROR] EZ9999: there is an exception of fftsplus aicore error, core id is 9\n")),
+         "fftsplus aicore core 9"),
+        (_fault(classify_text("RuntimeError: error code is 507015\n")), "ACL_ERROR_RT_AICORE_EXCEPTION"),
         (_fault(classify_timeout(60.0)), "killed after 60 s"),
         (Result(CASE, Outcome.BUILD_ERROR, summary="build failed", metrics={"build": {"ok": False, "returncode": 2}}),
          "build exit 2"),
