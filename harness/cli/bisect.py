@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -16,7 +15,8 @@ from harness.bisect import session as bisect
 from harness.bisect.driver import CLEAN, SIGHTED, Signature, observe
 from harness.bisect.search import Conclusion
 from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, env_line, load_cases,
-                                no_kernel_on_resume, open_store, outputs, publisher, ref_setup, session_golden_cache)
+                                no_kernel_on_resume, open_store, outputs, publisher, ref_setup, resume_command,
+                                session_golden_cache)
 from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.flake import hunt as flake
@@ -60,15 +60,6 @@ def _sigterm_stops() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def resume_command(run_id: str, store: Path, rules: list[str]) -> str:
-    """The one line that continues the bisect: its id, the store it is in (absolute, so it works from
-    any directory) and the --rules files that classified its results."""
-    words = ["harness", "bisect", "--resume", run_id, "--store", str(store.resolve())]
-    for path in rules:
-        words += ["--rules", str(Path(path).resolve())]
-    return shlex.join(words)
-
-
 def cmd_bisect(args) -> int:
     devices(args)
     if not 0 < args.confidence < 1:
@@ -96,7 +87,7 @@ def cmd_bisect(args) -> int:
             print(f"harness: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
             if started and not args.no_store:
                 print(f"bisect {started[0]} is saved up to its last finished step; resume it with:", file=sys.stderr)
-                print(resume_command(started[0], store.path, args.rules), file=sys.stderr, flush=True)
+                print(resume_command(args, started[0], store), file=sys.stderr, flush=True)
             elif started:
                 print(f"bisect {started[0]} was not stored (--no-store): nothing to resume", file=sys.stderr)
             return EXIT_SIGTERM if terminated else EXIT_SIGINT

@@ -164,12 +164,13 @@ _RESUME_SWITCHES = (("--no-golden-cache", "no_golden_cache"), ("--no-progress", 
 
 
 def resume_command(args, run_id: str, store: Store) -> str:
-    """The one line that continues an interrupted ``flake`` or ``compare`` (the store holds the plan)."""
+    """The one line that continues an interrupted ``flake``, ``compare`` or ``bisect`` (the store holds
+    the plan).  Paths are absolute, so the line works from any directory."""
     argv = ["harness", args.command, "--resume", run_id, "--store", str(Path(store.path).resolve())]
     for flag, dest in _RESUME_VALUE_FLAGS:
         if getattr(args, dest, None):
-            argv += [flag, str(getattr(args, dest))]
+            argv += [flag, str(Path(getattr(args, dest)).resolve())]
     for path in getattr(args, "rules", ()):
-        argv += ["--rules", path]
+        argv += ["--rules", str(Path(path).resolve())]
     argv += [flag for flag, dest in _RESUME_SWITCHES if getattr(args, dest, False)]
     return shlex.join(argv)

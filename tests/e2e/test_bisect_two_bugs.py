@@ -83,7 +83,8 @@ def test_each_signature_names_its_culprit_and_the_other_failure_is_a_finding(tmp
         assert "resume it with:" in said
         bisect_id = _bisect_id(tmp_path, "MISMATCH")
         assert line == shlex.join(["harness", "bisect", "--resume", bisect_id, "--store",
-                                   str((tmp_path / "r.sqlite").resolve())])
+                                   str((tmp_path / "r.sqlite").resolve()),
+                                   "--json", str((tmp_path / "earlier.json").resolve())])
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()                                           # the line works from any directory
     done = subprocess.run([sys.executable, "-m", "harness", *shlex.split(line)[1:], "--json",

@@ -1,4 +1,4 @@
-"""The one line an interrupted flake or compare prints to continue it."""
+"""The one line an interrupted flake, compare or bisect prints to continue it (absolute paths)."""
 from __future__ import annotations
 
 import shlex
@@ -17,8 +17,9 @@ def test_the_line_keeps_how_to_run_and_what_to_write_and_nothing_of_the_plan(tmp
     argv = shlex.split(resume_command(args, "20261201-0615-ab12", store))
     assert argv[:6] == ["harness", "compare", "--resume", "20261201-0615-ab12", "--store",
                         str(store.path.resolve())]
-    assert argv[6:] == ["--golden-cache", "/g", "--json", "my out.json", "--junit", "c.xml",
-                        "--rules", "r1.yaml", "--rules", "r2.yaml", "--no-progress"]
+    here = tmp_path.cwd()
+    assert argv[6:] == ["--golden-cache", "/g", "--json", str(here / "my out.json"), "--junit", str(here / "c.xml"),
+                        "--rules", str(here / "r1.yaml"), "--rules", str(here / "r2.yaml"), "--no-progress"]
     assert build_parser().parse_args(argv[1:]).resume == "20261201-0615-ab12"     # it parses as given
 
 
