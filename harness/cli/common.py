@@ -29,7 +29,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 def load_cases(args, *, import_kernel: bool = True) -> list[Case]:
     """The selected cases; under ``--kernel``, run by that kernel (``import_kernel``: check it
     imports and binds first; compare and bisect do not, each ref has its own code)."""
-    cases = load_paths(args.paths)
+    cases = load_paths(args.paths, args.max_cases)
     if args.tier in ("ci", "device"):
         cases = [c for c in cases if c.tier == args.tier]
     if args.expr:
