@@ -11,7 +11,7 @@ import sys
 
 from harness import trace
 from harness.cli.bisect import GIT_BAD, GIT_GOOD, GIT_SKIP, cmd_bisect, cmd_bisect_run
-from harness.cli.common import EXIT_INTERNAL, EXIT_USAGE
+from harness.cli.common import EXIT_INTERNAL, EXIT_USAGE, check_output_flags
 from harness.cli.compare import cmd_compare
 from harness.cli.flake import cmd_flake
 from harness.cli.ops import cmd_ops
@@ -51,6 +51,7 @@ def _git_safe(argv: list[str]) -> int:
 def _dispatch(args) -> int:
     trace.enable(args.debug or trace.enabled_by_env())
     try:
+        check_output_flags(args)
         return COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)

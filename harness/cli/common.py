@@ -18,7 +18,7 @@ from harness.refs.runner import DEFAULT_ENV, RefSetup
 from harness.reports.terminal import Reporter
 from harness.run import options
 from harness.run.engine import RunOptions
-from harness.reports.writers import Outputs, write_outputs
+from harness.reports.writers import Outputs, check_outputs, write_outputs
 from harness.store import DEFAULT_STORE, MemoryStore, Store
 
 # README: 0 every case passed (or was skipped), 1 some case failed, 2 bad usage or bad
@@ -75,6 +75,13 @@ def open_store(args, default: Path = DEFAULT_STORE) -> Store:
 
 def outputs(args) -> Outputs:
     return Outputs(json=args.json_path, junit=args.junit, markdown=args.markdown, html=args.html)
+
+
+def check_output_flags(args) -> None:
+    """Before a command does anything: every report path it was given can be written
+    (``OutputPathError``, exit 2, instead of exit 3 after every case ran)."""
+    if hasattr(args, "json_path"):
+        check_outputs(outputs(args))
 
 
 def publisher(args) -> Callable[[dict], list[str]] | None:
