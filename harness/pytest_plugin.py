@@ -40,7 +40,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "and/or/not), e.g. --case-k 'slot_mode=padded(0.25) and batch=16'")
     group.addoption("--harness-rules", action="append", default=[], metavar="FILE",
                     help="extra classifier rules (YAML); harness-rules.yaml in the cwd is read too")
-    group.addoption("--harness-log-dir", default=None, help="per-case logs (default reports/logs/pytest-<time>)")
+    group.addoption("--harness-log-dir", default=None, help="per-case logs (default reports/logs/pytest-<run id>)")
     group.addoption("--store", default=None, metavar="PATH",
                     help="results database (default $HARNESS_STORE or reports/results.sqlite)")
     group.addoption("--no-store", action="store_true", help="do not record case results")
@@ -197,6 +197,7 @@ def _engine(config: pytest.Config):
                                               config.getoption("--no-golden-cache")),
             golden_dtype=config.getoption("--golden-dtype"),
             log_dir=config.getoption("--harness-log-dir"), log_prefix="pytest-",
+            log_name=config.stash[_RUN_KEY][1] if _RUN_KEY in config.stash else None,
             log_subdir=os.environ.get("PYTEST_XDIST_WORKER", "main"),
             rules=tuple(config.getoption("--harness-rules")),
             tier=config.getoption("--harness-tier"))))

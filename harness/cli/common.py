@@ -19,7 +19,7 @@ from harness.reports.terminal import Reporter
 from harness.run import options
 from harness.run.engine import RunOptions
 from harness.reports.writers import Outputs, check_outputs, write_outputs
-from harness.store import DEFAULT_STORE, MemoryStore, Store
+from harness.store import MemoryStore, Store
 
 # README: 0 every case passed (or was skipped), 1 some case failed, 2 bad usage or bad
 # case files, 3 the harness itself broke.
@@ -60,11 +60,11 @@ def no_kernel_on_resume(args) -> None:
         raise UsageError("--kernel does not apply to --resume (a resumed run keeps the kernels it was planned with)")
 
 
-def store_path(args, default: Path = DEFAULT_STORE) -> str:
+def store_path(args, default: Path | None = None) -> str:
     return options.store_path(args.store, default=default)
 
 
-def open_store(args, default: Path = DEFAULT_STORE) -> Store:
+def open_store(args, default: Path | None = None) -> Store:
     """Before any case loads or runs: an unusable store path is a usage error (``StoreOpenError``)."""
     if getattr(args, "no_store", False):
         if getattr(args, "resume", None):

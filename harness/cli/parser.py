@@ -64,7 +64,8 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-golden-cache", action="store_true",
                    help="do not keep goldens between runs (a run still computes each distinct golden once)")
     p.add_argument("--golden-dtype", choices=("fp32", "fp64"), default="fp32")
-    p.add_argument("--log-dir", default=None, help="per-case logs (default reports/logs/<timestamp>)")
+    p.add_argument("--log-dir", default=None, help="per-case logs (default reports/logs/<a name of the run's own>; in a git "
+                   "checkout that is not a harness project, under ~/.cache/fused-kernel-harness/repos/)")
     p.add_argument("--rules", action="append", default=[], metavar="FILE",
                    help="extra classifier rules (YAML; harness-rules.yaml in the cwd is read too)")
     p.add_argument("--no-progress", action="store_true", help="plain line-per-case output")

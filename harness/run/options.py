@@ -13,6 +13,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -55,6 +56,36 @@ def repo_state_dir(repo: Path) -> Path:
     return user_cache_dir() / "repos" / f"{top.name}-{digest}"
 
 
+_HARNESS_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def foreign_checkout_state(cwd: Path | None = None) -> Path | None:
+    """Where the default store and logs go instead of ``./reports`` when the current directory is
+    inside a git checkout that is not a harness project (a kernel library being worked on):
+    ``repo_state_dir`` of that checkout, as for ``bisect-run``.  A checkout is a harness project
+    (None: ``./reports`` as always) when it is the harness's own, or its top holds ``cases/``
+    or ``reports/``, or the current directory holds ``reports/`` (the user chose it)."""
+    cwd = (cwd or Path.cwd()).resolve()
+    top = next((d for d in (cwd, *cwd.parents) if (d / ".git").exists()), None)
+    if top is None or top == _HARNESS_CHECKOUT or (cwd / "reports").is_dir():
+        return None
+    if (top / "cases").is_dir() or (top / "reports").is_dir():
+        return None
+    return repo_state_dir(top)
+
+
+def default_store() -> Path:
+    """``reports/results.sqlite``, or in a foreign checkout its state directory's (``foreign_checkout_state``)."""
+    state = foreign_checkout_state()
+    return DEFAULT_STORE if state is None else state / "results.sqlite"
+
+
+def default_log_root() -> Path:
+    """``reports/logs``, or in a foreign checkout its state directory's (``foreign_checkout_state``)."""
+    state = foreign_checkout_state()
+    return Path("reports") / "logs" if state is None else state / "logs"
+
+
 @dataclass(frozen=True)
 class Settings:
     """What a front end's flags say about how cases run."""
@@ -63,9 +94,10 @@ class Settings:
     kernel_paths: tuple[str, ...] = ()      # relative ones are taken from the current directory
     golden_cache: str | None = None         # None: $HARNESS_GOLDEN_CACHE or ~/.cache/...; "": keep no goldens
     golden_dtype: str = "fp32"
-    log_dir: str | None = None              # None: <log_root>/<log_prefix><time>
-    log_root: Path | None = None            # None: reports/logs (of the current directory)
+    log_dir: str | None = None              # None: <log_root>/<log_prefix><log_name>
+    log_root: Path | None = None            # None: default_log_root()
     log_prefix: str = ""
+    log_name: str | None = None             # None: a name of this run's own (see run_options)
     log_subdir: str = ""                    # one per pytest-xdist worker under the shared log dir
     rules: tuple[str, ...] = ()             # extra classifier rule files
     tier: str = "auto"
@@ -82,9 +114,17 @@ def kernel_paths(flags) -> tuple[str, ...]:
     return tuple(str(Path(p).resolve()) for p in flags)
 
 
-def store_path(flag: str | None, env: Mapping[str, str] = os.environ, default: Path = DEFAULT_STORE) -> str:
-    """``--store``, else ``$HARNESS_STORE``, else ``default``."""
-    return str(flag or env.get("HARNESS_STORE") or default)
+def store_path(flag: str | None, env: Mapping[str, str] = os.environ, default: Path | None = None) -> str:
+    """``--store``, else ``$HARNESS_STORE``, else ``default`` (None: ``default_store()``)."""
+    return str(flag or env.get("HARNESS_STORE") or default or default_store())
+
+
+def new_log_name() -> str:
+    """A log directory name no other run gets: two runs started in the same second (or the same
+    directory) once shared ``reports/logs/<second>`` and overwrote each other's logs.  The pid
+    separates runs on one host, the random part runs on hosts that share the directory."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
 def run_options(settings: Settings) -> RunOptions:
@@ -92,9 +132,11 @@ def run_options(settings: Settings) -> RunOptions:
     cache = settings.golden_cache
     if cache is None:
         cache = str(default_cache_dir())
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    log_root = settings.log_root or Path("reports") / "logs"
-    log_dir = Path(settings.log_dir or log_root / f"{settings.log_prefix}{stamp}").resolve()
+    if cache:       # absolute now: a kernel that chdirs must not move the goldens of later cases
+        cache = str(Path(cache).expanduser().resolve())
+    log_root = settings.log_root or default_log_root()
+    log_dir = Path(settings.log_dir or log_root / f"{settings.log_prefix}{settings.log_name or new_log_name()}")
+    log_dir = log_dir.resolve()
     if settings.log_subdir:
         log_dir = log_dir / settings.log_subdir
     worker = WorkerOptions(log_dir=log_dir, golden_cache=cache, golden_dtype=settings.golden_dtype,
