@@ -167,3 +167,10 @@ BACKENDS: dict[str, Callable[[], Backend]] = {"cpu": CpuBackend, "cuda": CudaBac
 
 def backend(device: Device) -> Backend:
     return BACKENDS[device.kind]()
+
+
+def probe_main(names: list[str]) -> None:
+    """Print, as one JSON line, each named device's ``absent_reason`` (null: present).  Run in a
+    short-lived interpreter by the front end, which imports no device runtime itself."""
+    import json
+    print(json.dumps({name: backend(parse_device(name)).absent_reason(parse_device(name)) for name in names}))

@@ -25,6 +25,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--device", default=None, help="device for case files: cpu, cuda:N, npu:N (default cpu)")
     group.addoption("--devices", default=None,
                     help="devices for xdist workers (worker gwN gets the N-th): npu:0-7, cuda:0,cuda:1")
+    group.addoption("--harness-allow-absent-devices", action="store_true",
+                    help="run even when an accelerator asked for is not present (its cases SKIPPED); "
+                         "without it that is a usage error before any case")
     group.addoption("--harness-kernel", default=None, metavar="NAME|pkg.mod[:fn]",
                     help="run every case with this kernel instead of its own (as harness run --kernel): a builtin, "
                          "package.module:callable or package.module; cases of ops it lacks are deselected")
@@ -217,14 +220,9 @@ def pytest_configure(config: pytest.Config) -> None:
             default_rules(extra=[Path(p) for p in config.getoption("--harness-rules")])
         except UsageError as exc:
             raise pytest.UsageError(str(exc)) from None
-    opt = config.getoption("--device", None)
-    if opt:
-        from harness.devices import DeviceError, parse_device
-        try:
-            parse_device(opt)
-        except DeviceError as exc:
-            raise pytest.UsageError(str(exc)) from None
     workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:                   # once, in the controller: a bad or absent device, before collection
+        _require_present(config)
     if workerinput is not None:               # an xdist worker: the controller chose (or declined) the run
         if workerinput.get("harness_run_id"):
             config.stash[_RUN_KEY] = (workerinput["harness_store"], workerinput["harness_run_id"])
@@ -239,6 +237,20 @@ def pytest_configure(config: pytest.Config) -> None:
     except StoreOpenError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_RUN_KEY] = (str(path), os.environ.get("HARNESS_RUN_ID") or new_run_id())
+
+
+def _require_present(config: pytest.Config) -> None:
+    from harness.devices import DeviceError, parse_device, parse_device_list
+    from harness.run.options import require_present
+    devices_opt, device_opt = config.getoption("--devices", None), config.getoption("--device", None)
+    if devices_opt is None and device_opt is None:
+        return                                # the default cpu: nothing to check
+    try:
+        devices = parse_device_list(devices_opt) if devices_opt is not None else [parse_device(device_opt)]
+        require_present(devices, config.getoption("--harness-allow-absent-devices", False),
+                        "--harness-allow-absent-devices")
+    except DeviceError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.hookimpl(optionalhook=True)

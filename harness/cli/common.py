@@ -105,7 +105,9 @@ def engine_options(args, devices: list[Device], *, kernel_paths=None, golden_dty
                    default_log_dir: Path | None = None) -> RunOptions:
     """The engine options an executing command's flags say; the keywords override them (a resumed
     run's stored options, a session's golden cache; ``default_log_dir``: the logs' parent without
-    ``--log-dir``, in place of ``reports/logs``).  A bad rules file: exit 2 before any case."""
+    ``--log-dir``, in place of ``reports/logs``).  A bad rules file or an absent accelerator
+    (without ``--allow-absent-devices``): exit 2 before any case."""
+    options.require_present(devices, args.allow_absent_devices)
     return options.run_options(options.Settings(
         devices=tuple(devices),
         kernel_paths=tuple(args.kernel_path if kernel_paths is None else kernel_paths),

@@ -53,6 +53,9 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=nonempty("--device"), default=None, help="cpu, cuda:N or npu:N (default cpu)")
     p.add_argument("--devices", type=nonempty("--devices"), default=None,
                    help="several devices, one worker each: npu:0-7, cuda:0,cuda:1")
+    p.add_argument("--allow-absent-devices", action="store_true",
+                   help="run even when an accelerator asked for is not present (its cases SKIPPED, exit 0); "
+                        "without it that is exit 2 before any case")
     p.add_argument("--kernel", default=None, metavar="NAME|pkg.mod[:fn]",
                    help="run every selected case with this kernel instead of its own (ids unchanged): a builtin, "
                         "package.module:callable (for every op) or package.module (one function per op, named "

@@ -24,7 +24,7 @@ from typing import Any
 from harness.case import Case
 from harness.casefiles.located import did_you_mean
 from harness.classify import default_rules
-from harness.devices import Device
+from harness.devices import Device, DeviceError
 from harness.errors import UsageError
 from harness.formats import one_line
 from harness.registry import BUILTINS, is_kernel_name
@@ -163,6 +163,46 @@ class ResumeOptions:
         """What ``data`` holds, ``default`` (today's flags) for what it lacks (an older run)."""
         return cls(kernel_paths=tuple(data.get("kernel_paths") or default.kernel_paths),
                    golden_dtype=data.get("golden_dtype", default.golden_dtype), tier=data.get("tier", default.tier))
+
+
+# -- absent devices ------------------------------------------------------------
+
+DEVICE_PROBE_TIMEOUT_S = 120.0   # importing torch (and torch-npu, which initialises CANN)
+
+
+def absent_devices(devices: Sequence[Device], base_env: Mapping[str, str] | None = None) -> dict[Device, str]:
+    """The accelerators in ``devices`` that a worker would not find, with the reason its backend
+    gives, asked in a fresh interpreter with the workers' environment (the front end imports no
+    device runtime).  CPU is always present and costs no probe."""
+    wanted = list(dict.fromkeys(d for d in devices if d.kind != "cpu"))
+    if not wanted:
+        return {}
+    options = WorkerOptions(log_dir=Path("."), **({"base_env": dict(base_env)} if base_env is not None else {}))
+    code = "import sys; from harness.devices import probe_main; probe_main(sys.argv[1:])"
+    try:
+        done = subprocess.run([sys.executable, "-c", code, *map(str, wanted)], env=worker_env(options, {}),
+                              capture_output=True, text=True, timeout=DEVICE_PROBE_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        return {d: f"the device probe took over {DEVICE_PROBE_TIMEOUT_S:g} s" for d in wanted}
+    except (IndexError, json.JSONDecodeError):
+        tail = " ".join(done.stderr.split()[-20:])
+        return {d: f"the device probe failed (exit {done.returncode}): {tail}" for d in wanted}
+    return {d: found[str(d)] for d in wanted if found.get(str(d))}
+
+
+def require_present(devices: Sequence[Device], allow_absent: bool, flag: str = "--allow-absent-devices") -> None:
+    """An absent accelerator is exit 2 before any case, not a run of SKIPPED cases that exits 0
+    (a false green in CI); ``allow_absent`` (the front end's ``flag``) keeps the skips."""
+    if allow_absent:
+        return
+    absent = absent_devices(devices)
+    if absent:
+        device, why = next(iter(absent.items()))
+        more = f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""
+        raise DeviceError(f"{device} not present: {one_line(why)}{more}; {flag} runs anyway, "
+                          f"every case on it SKIPPED")
 
 
 # -- --kernel -------------------------------------------------------------------

@@ -113,3 +113,38 @@ def test_a_full_disk_keeps_the_results_in_the_store(tmp_path, golden_cache_dir):
         assert conn.execute("SELECT outcome FROM results").fetchall() == [("PASS",)]
         assert conn.execute("SELECT finished IS NOT NULL FROM runs").fetchall() == [(1,)]
     assert "PASS" in md.read_text()
+
+
+# -- absent accelerators (item 11) --------------------------------------------------
+
+def _cuda_present() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(_cuda_present(), reason="CUDA is present here")
+def test_an_absent_accelerator_is_exit_2_not_a_green_run(tmp_path, golden_cache_dir):
+    path = write_case_file(tmp_path, "ok.yaml", OK)
+    out = tmp_path / "r.json"
+    _refused(run_harness("run", str(path), "--no-store", "--device", "cuda:0", "--json", str(out),
+                         cwd=tmp_path, timeout=120), "harness: error: cuda:0 not present")
+    assert not out.exists()
+    allowed = run_harness("run", str(path), "--no-store", "--device", "cuda:0", "--allow-absent-devices",
+                          "--json", str(out), "--golden-cache", str(golden_cache_dir),
+                          "--log-dir", str(tmp_path / "logs"), cwd=tmp_path, timeout=120)
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert [r["outcome"] for r in json.loads(out.read_text())["results"]] == ["SKIPPED"]
+
+
+@pytest.mark.skipif(_cuda_present(), reason="CUDA is present here")
+def test_the_pytest_plugin_refuses_an_absent_accelerator_too(tmp_path):
+    import subprocess
+    import sys
+    write_case_file(tmp_path / "cases", "ok.yaml", OK)
+    base = [sys.executable, "-m", "pytest", "cases", "-p", "no:cacheprovider", "--no-store", "--device", "cuda:0", "-q"]
+    refused = subprocess.run(base, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 4 and "cuda:0 not present" in refused.stdout + refused.stderr
+    assert "--harness-allow-absent-devices runs anyway" in refused.stdout + refused.stderr
+    allowed = subprocess.run([*base, "--harness-allow-absent-devices"], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=120)
+    assert allowed.returncode == 0 and "1 skipped" in allowed.stdout, allowed.stdout + allowed.stderr

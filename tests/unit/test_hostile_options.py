@@ -1,10 +1,13 @@
-"""Run defaults that must not collide or litter (issue 13, items 10 and 12, and issue 12's leftover):
-a log directory per run, the golden cache resolved up front, no reports/ in a kernel checkout."""
+"""Run defaults that must not collide, litter or pass falsely (issue 13, items 10-12, issue 12's leftover):
+a log directory per run, the golden cache resolved up front, no reports/ in a kernel checkout,
+no green run on an absent accelerator."""
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from harness.devices import parse_device
 from harness.run import options
@@ -81,3 +84,28 @@ def test_a_harness_project_checkout_keeps_reports_here(tmp_path, monkeypatch):
 def test_the_harness_checkout_is_its_own_project(monkeypatch):
     monkeypatch.chdir(Path(options.__file__).resolve().parents[2])
     assert options.foreign_checkout_state() is None
+
+
+# -- absent accelerators (item 11) --------------------------------------------------
+
+def _cuda_present() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def test_cpu_needs_no_probe(monkeypatch):
+    monkeypatch.setattr(options.subprocess, "run", lambda *a, **k: pytest.fail("probed for cpu"))
+    assert options.absent_devices(CPU) == {}
+    options.require_present(CPU, allow_absent=False)
+
+
+def test_an_absent_accelerator_is_a_usage_error_unless_allowed():
+    if _cuda_present():
+        pytest.skip("CUDA is present here")
+    from harness.devices import DeviceError, parse_device_list
+    devices = parse_device_list("cpu,cuda:0,npu:3")
+    absent = options.absent_devices(devices)
+    assert set(map(str, absent)) == {"cuda:0", "npu:3"}
+    with pytest.raises(DeviceError, match=r"^cuda:0 not present: .*\(and 1 more\); --allow-absent-devices runs anyway"):
+        options.require_present(devices, allow_absent=False)
+    options.require_present(devices, allow_absent=True)      # the skips are asked for
