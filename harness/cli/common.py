@@ -13,6 +13,7 @@ from harness.case import Case
 from harness.casefiles import load_paths, select
 from harness.devices import Device, parse_device, parse_device_list
 from harness.errors import UsageError
+from harness.formats import printable
 from harness.refs import with_defaults
 from harness.refs.runner import DEFAULT_ENV, RefSetup
 from harness.reports.terminal import Reporter
@@ -49,9 +50,9 @@ def _with_kernel(args, cases: list[Case], import_kernel: bool) -> list[Case]:
     states = (options.kernel_states(args.kernel, ops, args.kernel_path) if import_kernel
               else options.registry_states(args.kernel, ops))
     chosen = options.with_kernel(cases, args.kernel, states)
-    print(f"kernel: {chosen.kernel}", flush=True)
+    print(printable(f"kernel: {chosen.kernel}"), flush=True)
     for note in chosen.notes:
-        print(note, flush=True)
+        print(printable(note), flush=True)
     return list(chosen.cases)
 
 

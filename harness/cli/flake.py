@@ -8,6 +8,7 @@ from pathlib import Path
 from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, engine_options, load_cases, note_outputs,
                                 open_store, plain, publisher, session_golden_cache, store_path)
 from harness.errors import UsageError
+from harness.formats import printable
 from harness.flake import hunt as flake
 from harness.flake.changes import HuntChange, hunt_changes
 from harness.flake.hunt import HuntOptions
@@ -111,7 +112,7 @@ def _flake_compare(args) -> int:
                          f"({len(before)} and {len(after)} cases)")
     print(f"before: {name_a}   after: {name_b}")
     for row in rows:
-        print(change_line(row))
+        print(printable(change_line(row)))
     only = sorted(set(before) ^ set(after))
     if only:
         print(f"({len(only)} case{'s' * (len(only) != 1)} in only one of the runs left out)")

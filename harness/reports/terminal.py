@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from harness.formats import printable
 from harness.outcomes import Outcome, Result
 
 _STYLE = {Outcome.PASS: "green", Outcome.NEAR_TIE: "green", Outcome.SKIPPED: "yellow"}
@@ -68,7 +69,7 @@ class Reporter:
             self._progress.update(self._task, completed=self.done, failures=self.failures)
 
     def started(self, case_id: str, device: str) -> None:
-        self.current[device] = case_id
+        self.current[device] = printable(case_id)
         self._refresh()
 
     def finished(self, result: Result) -> None:
@@ -76,24 +77,25 @@ class Reporter:
         self.failures += result.outcome.failed
         self.current.pop(result.device, None)
         if self.line is not None:
-            text = self.line(result)
+            text = printable(self.line(result))
             if self.plain:
                 print(text, flush=True)
             else:
                 self.console.print(Text(text, style="red" if result.outcome.failed else ""))
                 self._refresh()
         elif self.plain:
-            line = f"[{self.done}/{self.total}] {result.label:<14} {result.case_id} ({result.duration_s:.2f} s)"
+            line = f"[{self.done}/{self.total}] {result.label:<14} {printable(result.case_id)} ({result.duration_s:.2f} s)"
             if result.outcome.failed:
-                line += f"\n    {result.summary}"
+                line += f"\n    {printable(result.summary)}"
             print(line, flush=True)
         else:
             if result.outcome.failed:
-                self.console.print(Text.assemble((result.label, "red"), f" {result.case_id}: {result.summary}"))
+                self.console.print(Text.assemble((result.label, "red"),
+                                                 f" {printable(result.case_id)}: {printable(result.summary)}"))
             self._refresh()
 
     def note(self, text: str) -> None:
-        self.console.print(text, markup=False)
+        self.console.print(printable(text), markup=False)
 
     def final(self, results: list[Result], summary: dict) -> None:
         table = Table(title="Summary", show_lines=False)
@@ -113,7 +115,8 @@ class Reporter:
                 if previous is not None and r.label != previous:
                     fail_table.add_section()
                 name = r.case_id + (f" (iter {r.repeat})" if r.repeat else "") + (f" @ {r.ref}" if r.ref else "")
-                fail_table.add_row(Text("" if r.label == previous else r.label), Text(name), Text(r.summary))
+                fail_table.add_row(Text("" if r.label == previous else r.label), Text(printable(name)),
+                                   Text(printable(r.summary)))
                 previous = r.label
             self.console.print(fail_table)
             logged = [r for r in failed if r.log]
@@ -121,7 +124,7 @@ class Reporter:
                 self.console.print("logs of the failing cases:", markup=False)
                 for r in logged:
                     iteration = f" (iter {r.repeat})" if r.repeat else ""
-                    self.console.print(f"  {r.case_id}{iteration}: {r.log}", markup=False, soft_wrap=True)
+                    self.console.print(printable(f"  {r.case_id}{iteration}: {r.log}"), markup=False, soft_wrap=True)
         gc = summary["golden_cache"]
         self.console.print(
             f"{summary['total']} cases: {summary['passed']} passed, {summary['failed']} failed, "
