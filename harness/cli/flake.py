@@ -82,6 +82,8 @@ def _flake(args, options: HuntOptions, store: Store) -> int:
     stopped = {c: n for c, n in rules.dropped.items() if rules.failures[c] >= (options.stop_after or 10 ** 9)}
     for case_id, n in stopped.items():
         reporter.note(f"{case_id}: stopped after {rules.failures[case_id]} failure(s); {n} iterations not run")
+    for warning in recorded.warnings:
+        reporter.note(f"warning: {warning}")
     note_outputs(reporter, args, recorded.run_id, store)
     if recorded.summary["counts"].get(Outcome.HARNESS_ERROR.value):
         return EXIT_INTERNAL

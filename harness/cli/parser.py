@@ -9,6 +9,7 @@ from harness import __version__
 from harness.casefiles.matrix import MAX_CASES
 from harness.casefiles.values import MAX_SEED
 from harness.flake.hunt import SEED_MODES
+from harness.logs import LOG_CAP_BYTES
 from harness.shard.split import ShardError, parse_shard
 from harness.store import DEFAULT_STORE
 
@@ -69,6 +70,9 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
     p.add_argument("--golden-dtype", choices=("fp32", "fp64"), default="fp32")
     p.add_argument("--log-dir", default=None, help="per-case logs (default reports/logs/<a name of the run's own>; in a git "
                    "checkout that is not a harness project, under ~/.cache/fused-kernel-harness/repos/)")
+    p.add_argument("--max-log-mb", type=positive_int("--max-log-mb", 1 << 20), default=LOG_CAP_BYTES >> 20,
+                   metavar="MB", help=f"cut each case log longer than this to its head and tail, with a "
+                                      f"'[... N bytes dropped ...]' line between (default {LOG_CAP_BYTES >> 20})")
     p.add_argument("--rules", action="append", default=[], metavar="FILE",
                    help="extra classifier rules (YAML; harness-rules.yaml in the cwd is read too)")
     p.add_argument("--no-progress", action="store_true", help="plain line-per-case output")

@@ -62,6 +62,8 @@ def _run(args, store: Store) -> int:
             addendum=lambda rec: Addendum(document={"shard": shard} if shard else {}))
     summary = recorded.summary
     reporter.final(recorded.results, summary)
+    for warning in recorded.warnings:
+        reporter.note(f"warning: {warning}")
     note_outputs(reporter, args, recorded.run_id, store)
     if summary["counts"].get(Outcome.HARNESS_ERROR.value):
         return EXIT_INTERNAL

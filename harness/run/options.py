@@ -27,6 +27,7 @@ from harness.classify import default_rules
 from harness.devices import Device, DeviceError
 from harness.errors import UsageError
 from harness.formats import one_line
+from harness.logs import LOG_CAP_BYTES
 from harness.registry import BUILTINS, is_kernel_name
 from harness.run.engine import RunOptions
 from harness.run.pool import WorkerOptions, worker_env
@@ -100,6 +101,7 @@ class Settings:
     log_name: str | None = None             # None: a name of this run's own (see run_options)
     log_subdir: str = ""                    # one per pytest-xdist worker under the shared log dir
     rules: tuple[str, ...] = ()             # extra classifier rule files
+    max_log_bytes: int = LOG_CAP_BYTES      # each case log cut to its head and tail past this
     tier: str = "auto"
     exitfirst: bool = False
 
@@ -141,7 +143,8 @@ def run_options(settings: Settings) -> RunOptions:
         log_dir = log_dir / settings.log_subdir
     worker = WorkerOptions(log_dir=log_dir, golden_cache=cache, golden_dtype=settings.golden_dtype,
                            kernel_paths=kernel_paths(settings.kernel_paths),
-                           rules=default_rules(extra=[Path(p) for p in settings.rules]))
+                           rules=default_rules(extra=[Path(p) for p in settings.rules]),
+                           max_log_bytes=settings.max_log_bytes)
     return RunOptions(devices=list(settings.devices), worker=worker, run_device_tier_on_cpu=settings.tier == "all",
                       exitfirst=settings.exitfirst)
 
