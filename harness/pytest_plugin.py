@@ -211,6 +211,9 @@ def _engine(config: pytest.Config):
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--repeat", 1) < 1:
         raise pytest.UsageError(f"--repeat must be at least 1, got {config.getoption('--repeat')}")
+    from harness.run.options import MAX_REPEAT
+    if config.getoption("--repeat", 1) > MAX_REPEAT:     # items are built per repeat: refuse before collecting
+        raise pytest.UsageError(f"--repeat must be at most {MAX_REPEAT}, got {config.getoption('--repeat')}")
     from harness import trace
     trace.enable(config.getoption("--harness-debug", False) or trace.enabled_by_env())
     if config.getoption("--harness-rules", None):

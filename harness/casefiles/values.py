@@ -63,6 +63,7 @@ def _is_number(v: Any) -> bool:
 MAX_SIZE = 2**31 - 1
 MAX_SEED = 2**63 - 1
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_LAYERS = 4096           # no model comes near; layers cost time, not bytes, so the byte bound misses them
 
 
 def _int(n: Node, minimum: int | None = None, maximum: int = MAX_SIZE) -> int:
@@ -334,6 +335,7 @@ _PARSERS: dict[str, Callable[[Node], tuple[Any, Any]]] = {
     "kernel": _simple(_kernel),
     "geometry": _simple(lambda n: _choice(n, PRESETS, "geometry preset")),
     **{f: _simple(lambda n: _int(n, minimum=1)) for f in GEOMETRY_FIELDS if f not in _GEOMETRY_FLOATS},
+    "num_layers": _simple(lambda n: _int(n, minimum=1, maximum=MAX_LAYERS)),
     "head_dim": _simple(_head_dim),
     **{f: _simple(lambda n: _float(n, positive=True)) for f in _GEOMETRY_FLOATS},
     "seq_lens": _rendered(_seq_lens),

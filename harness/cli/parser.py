@@ -10,13 +10,11 @@ from harness.casefiles.matrix import MAX_CASES
 from harness.casefiles.values import MAX_SEED
 from harness.flake.hunt import SEED_MODES
 from harness.logs import LOG_CAP_BYTES
+from harness.run.options import MAX_REPEAT
 from harness.shard.split import ShardError, parse_shard
 from harness.store import DEFAULT_STORE
 
-# Flag bounds that no real use comes near; past them a plan of that size would fill memory
-# before the first case runs.
-MAX_REPEAT = 100_000
-MAX_SHARDS = 10_000
+MAX_SHARDS = 10_000     # no real split comes near; the split's plan is built per shard
 
 
 class _Parser(argparse.ArgumentParser):

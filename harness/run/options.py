@@ -57,6 +57,10 @@ def repo_state_dir(repo: Path) -> Path:
     return user_cache_dir() / "repos" / f"{top.name}-{digest}"
 
 
+# Iterations per case, for both front ends: a plan is built per iteration before the first
+# runs, so past this it would fill memory instead of running.
+MAX_REPEAT = 100_000
+
 _HARNESS_CHECKOUT = Path(__file__).resolve().parents[2]
 
 

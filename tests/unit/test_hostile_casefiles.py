@@ -9,9 +9,10 @@ import pytest
 from harness.casefiles import CaseFileError, load_matrix, load_paths
 from harness.casefiles.located import MAX_DEPTH, MAX_NODES
 from harness.casefiles.matrix import MAX_CASE_BYTES, case_bytes
-from harness.cli.parser import MAX_REPEAT, MAX_SHARDS, build_parser
+from harness.cli.parser import MAX_SHARDS, build_parser
 from harness.devices import MAX_DEVICES, DeviceError, parse_device_list
 from harness.ops import OPS
+from harness.run.options import MAX_REPEAT
 
 
 def _write(tmp_path, text, name="hostile.yaml"):
@@ -89,6 +90,7 @@ def test_the_cap_is_a_parameter_and_counts_every_file(tmp_path):
     ("seq_lens: uniform(1, 2000000000)", "hostile.yaml:2:11: seq_lens: the kernel arguments alone need"),
     ("seq_lens: const(1000000000000)", "seq_lens: sequence lengths must be <= 2147483647"),
     ("head_dim: 100000000000", "head_dim: must be <= 2147483647"),
+    ("num_layers: 1000000", "num_layers: must be <= 4096"),
     ("seed: 1e23", "seed: expected an integer, got 1e23"),
     ("seed: 100000000000000000000000", "seed: must be <= 9223372036854775807"),
     ("timeout_s: 1e308", "timeout_s: must be <= 604800, got 1e308"),
