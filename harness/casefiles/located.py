@@ -222,8 +222,8 @@ class _Budget:
 
     left: int = MAX_NODES
 
-    def spend(self, n: int, where: Where, error: type[LocatedError]) -> None:
-        self.left -= n
+    def spend(self, where: Where, error: type[LocatedError]) -> None:
+        self.left -= 1
         if self.left < 0:
             raise error.at(where, f"expands to more than {MAX_NODES} values (YAML aliases that repeat "
                                   f"aliases grow exponentially)")
@@ -232,7 +232,7 @@ class _Budget:
 def _tree(loader: Loader, node: yaml.Node, where: Where, error: type[LocatedError], budget: _Budget,
           active: frozenset = frozenset()) -> Node:
     where = where.at(node)
-    budget.spend(1, where, error)
+    budget.spend(where, error)
     if id(node) in active:
         raise error.at(where, "recursive YAML alias")
     active = active | {id(node)}
