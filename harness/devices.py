@@ -14,6 +14,7 @@ from harness.errors import UsageError
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda|npu)(?::(\d+))?$")
 _RANGE_RE = re.compile(r"^(cuda|npu):(\d+)-(\d+)$")
+MAX_DEVICES = 1024      # one worker each: a range past this is a typo, not a machine
 
 
 class DeviceError(UsageError):
@@ -52,6 +53,8 @@ def parse_device_list(text: str, where: str = "--devices") -> list[Device]:
             kind, lo, hi = m.group(1), int(m.group(2)), int(m.group(3))
             if lo > hi:
                 raise DeviceError(f"{where}: empty device range {part!r}")
+            if hi - lo + 1 + len(devices) > MAX_DEVICES:
+                raise DeviceError(f"{where}: {part!r} makes more than {MAX_DEVICES} devices")
             devices.extend(Device(kind, i) for i in range(lo, hi + 1))
         else:
             devices.append(parse_device(part, where))
@@ -164,3 +167,10 @@ BACKENDS: dict[str, Callable[[], Backend]] = {"cpu": CpuBackend, "cuda": CudaBac
 
 def backend(device: Device) -> Backend:
     return BACKENDS[device.kind]()
+
+
+def probe_main(names: list[str]) -> None:
+    """Print, as one JSON line, each named device's ``absent_reason`` (null: present).  Run in a
+    short-lived interpreter by the front end, which imports no device runtime itself."""
+    import json
+    print(json.dumps({name: backend(parse_device(name)).absent_reason(parse_device(name)) for name in names}))

@@ -1,6 +1,7 @@
 """Numbers and messages as text, the same everywhere they are shown."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -17,3 +18,19 @@ def pct(x: Any) -> str:
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace, newlines included, as one space: an error fits its line."""
     return " ".join(text.split())
+
+
+# C0 controls but tab and newline, DEL, C1 controls, lone surrogates: ESC alone can recolour,
+# retitle or clear the terminal, CR can overwrite what was printed before it on the line.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def printable(text: Any) -> str:
+    """``text`` safe to print to a terminal: every control character but tab and newline shown
+    as ``\\xNN`` (``\\uNNNN`` beyond a byte), so an id, a log line or an exception message from a
+    kernel is shown as written instead of acting on the terminal."""
+    text = str(text)
+    if not _UNPRINTABLE.search(text):          # the common case: nothing to do
+        return text
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                            else f"\\u{ord(m.group()):04x}", text)

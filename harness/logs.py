@@ -1,6 +1,8 @@
-"""Text from outside (kernel logs, exception messages) made printable, and the tail of a log file.
+"""Text from outside (kernel logs, exception messages) made printable, the tail of a log file,
+and the cap on a log's size.
 
-Every renderer and the ref runner's ``BUILD_ERROR`` report read logs through here.
+Every renderer and the ref runner's ``BUILD_ERROR`` report read logs through here; the
+device worker pool caps each case log once its case is over.
 """
 from __future__ import annotations
 
@@ -50,3 +52,29 @@ def log_tail(path: str | os.PathLike | None, lines: int = LOG_TAIL_LINES,
     if size > max_bytes and parts:
         parts = parts[1:]
     return clean_text("\n".join(parts[-lines:]))
+
+
+LOG_CAP_BYTES = 64 << 20
+
+
+def cap_log(path: str | os.PathLike, max_bytes: int = LOG_CAP_BYTES) -> int:
+    """Cut a log longer than ``max_bytes`` down to its first and last ``max_bytes // 2`` bytes,
+    with a ``[... N bytes dropped ...]`` line between them: where a kernel started and how it
+    ended are what a reader needs, and a kernel printing in a loop must not fill the disk case
+    after case.  Returns the bytes dropped (0: short enough, or not readable)."""
+    try:
+        size = os.path.getsize(path)
+        if size <= max_bytes:
+            return 0
+        half = max_bytes // 2
+        dropped = size - 2 * half
+        with open(path, "r+b") as fh:
+            fh.seek(size - half)
+            tail = fh.read(half)
+            fh.seek(half)
+            fh.write(f"\n[... {dropped} bytes dropped ...]\n".encode())
+            fh.write(tail)
+            fh.truncate()
+        return dropped
+    except OSError:
+        return 0

@@ -25,6 +25,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--device", default=None, help="device for case files: cpu, cuda:N, npu:N (default cpu)")
     group.addoption("--devices", default=None,
                     help="devices for xdist workers (worker gwN gets the N-th): npu:0-7, cuda:0,cuda:1")
+    group.addoption("--harness-allow-absent-devices", action="store_true",
+                    help="run even when an accelerator asked for is not present (its cases SKIPPED); "
+                         "without it that is a usage error before any case")
     group.addoption("--harness-kernel", default=None, metavar="NAME|pkg.mod[:fn]",
                     help="run every case with this kernel instead of its own (as harness run --kernel): a builtin, "
                          "package.module:callable or package.module; cases of ops it lacks are deselected")
@@ -40,7 +43,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "and/or/not), e.g. --case-k 'slot_mode=padded(0.25) and batch=16'")
     group.addoption("--harness-rules", action="append", default=[], metavar="FILE",
                     help="extra classifier rules (YAML); harness-rules.yaml in the cwd is read too")
-    group.addoption("--harness-log-dir", default=None, help="per-case logs (default reports/logs/pytest-<time>)")
+    group.addoption("--harness-log-dir", default=None, help="per-case logs (default reports/logs/pytest-<run id>)")
     group.addoption("--store", default=None, metavar="PATH",
                     help="results database (default $HARNESS_STORE or reports/results.sqlite)")
     group.addoption("--no-store", action="store_true", help="do not record case results")
@@ -197,6 +200,7 @@ def _engine(config: pytest.Config):
                                               config.getoption("--no-golden-cache")),
             golden_dtype=config.getoption("--golden-dtype"),
             log_dir=config.getoption("--harness-log-dir"), log_prefix="pytest-",
+            log_name=config.stash[_RUN_KEY][1] if _RUN_KEY in config.stash else None,
             log_subdir=os.environ.get("PYTEST_XDIST_WORKER", "main"),
             rules=tuple(config.getoption("--harness-rules")),
             tier=config.getoption("--harness-tier"))))
@@ -207,6 +211,9 @@ def _engine(config: pytest.Config):
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--repeat", 1) < 1:
         raise pytest.UsageError(f"--repeat must be at least 1, got {config.getoption('--repeat')}")
+    from harness.run.options import MAX_REPEAT
+    if config.getoption("--repeat", 1) > MAX_REPEAT:     # items are built per repeat: refuse before collecting
+        raise pytest.UsageError(f"--repeat must be at most {MAX_REPEAT}, got {config.getoption('--repeat')}")
     from harness import trace
     trace.enable(config.getoption("--harness-debug", False) or trace.enabled_by_env())
     if config.getoption("--harness-rules", None):
@@ -216,14 +223,9 @@ def pytest_configure(config: pytest.Config) -> None:
             default_rules(extra=[Path(p) for p in config.getoption("--harness-rules")])
         except UsageError as exc:
             raise pytest.UsageError(str(exc)) from None
-    opt = config.getoption("--device", None)
-    if opt:
-        from harness.devices import DeviceError, parse_device
-        try:
-            parse_device(opt)
-        except DeviceError as exc:
-            raise pytest.UsageError(str(exc)) from None
     workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:                   # once, in the controller: a bad or absent device, before collection
+        _require_present(config)
     if workerinput is not None:               # an xdist worker: the controller chose (or declined) the run
         if workerinput.get("harness_run_id"):
             config.stash[_RUN_KEY] = (workerinput["harness_store"], workerinput["harness_run_id"])
@@ -238,6 +240,20 @@ def pytest_configure(config: pytest.Config) -> None:
     except StoreOpenError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_RUN_KEY] = (str(path), os.environ.get("HARNESS_RUN_ID") or new_run_id())
+
+
+def _require_present(config: pytest.Config) -> None:
+    from harness.devices import DeviceError, parse_device, parse_device_list
+    from harness.run.options import require_present
+    devices_opt, device_opt = config.getoption("--devices", None), config.getoption("--device", None)
+    if devices_opt is None and device_opt is None:
+        return                                # the default cpu: nothing to check
+    try:
+        devices = parse_device_list(devices_opt) if devices_opt is not None else [parse_device(device_opt)]
+        require_present(devices, config.getoption("--harness-allow-absent-devices", False),
+                        "--harness-allow-absent-devices")
+    except DeviceError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.hookimpl(optionalhook=True)

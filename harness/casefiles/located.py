@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 import yaml
@@ -39,15 +39,16 @@ class Where:
     column: int | None = None
     field: str = ""
 
+    # Built directly, not with dataclasses.replace: a file of many values makes one per value.
     def key(self, name: str) -> "Where":
-        return replace(self, field=f"{self.field}.{name}" if self.field else name)
+        return Where(self.path, self.line, self.column, f"{self.field}.{name}" if self.field else name)
 
     def index(self, i: int) -> "Where":
-        return replace(self, field=f"{self.field}[{i}]")
+        return Where(self.path, self.line, self.column, f"{self.field}[{i}]")
 
     def at(self, node: yaml.Node) -> "Where":
         mark = node.start_mark
-        return replace(self, line=mark.line + 1, column=mark.column + 1)
+        return Where(self.path, mark.line + 1, mark.column + 1, self.field)
 
     def __str__(self) -> str:
         return _location(self.path, self.line, self.column)
@@ -97,8 +98,31 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 # Composing
 # ---------------------------------------------------------------------------
 
+# Hostile input is refused with one line instead of a RecursionError or a memory blow-up: the
+# composer recurses once per nesting level, and aliases share nodes that the tree expands.
+MAX_DEPTH = 64
+MAX_NODES = 50_000
+
+
+class _TooDeep(Exception):
+    def __init__(self, mark):
+        self.mark = mark
+
+
 class Loader(yaml.SafeLoader):
-    """SafeLoader that also reads ``1e-6`` / ``1.0e6`` as floats (YAML 1.2), as users expect."""
+    """SafeLoader that also reads ``1e-6`` / ``1.0e6`` as floats (YAML 1.2), as users expect,
+    and refuses nesting deeper than ``MAX_DEPTH`` before Python's recursion limit is reached."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooDeep(self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 Loader.add_implicit_resolver(
@@ -117,6 +141,9 @@ def compose(text: str, path: str, error: type[LocatedError]) -> tuple[yaml.Node 
         raise _yaml_error(exc, path, text, error) from None
     except yaml.YAMLError as exc:
         raise error(path, None, None, "", f"invalid YAML: {one_line(str(exc))}") from None
+    except _TooDeep as exc:
+        raise error(path, exc.mark.line + 1, exc.mark.column + 1, "",
+                    f"nested deeper than {MAX_DEPTH} levels (case files need a handful)") from None
     finally:
         loader.dispose()
 
@@ -174,29 +201,45 @@ def _describe_scalar(value: Any, text: str | None = None) -> str:
 
 
 def load(text: str, path: str, error: type[LocatedError]) -> Node | None:
-    """The document as a ``Node`` tree (None when empty): string keys only, no tags, no recursion."""
+    """The document as a ``Node`` tree (None when empty): string keys only, no tags, no recursion,
+    at most ``MAX_NODES`` nodes once aliases are expanded."""
     node, loader = compose(text, path, error)
     if node is None:
         return None
     try:
-        return _tree(loader, node, Where(path), error)
+        return _tree(loader, node, Where(path), error, _Budget())
     except yaml.MarkedYAMLError as exc:        # e.g. a bad merge key
         raise _yaml_error(exc, path, text, error) from None
 
 
 _PLAIN_COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-def _tree(loader: Loader, node: yaml.Node, where: Where, error: type[LocatedError],
+@dataclass
+class _Budget:
+    """Nodes left to build: an alias is one node in the file but a whole copy in the tree."""
+
+    left: int = MAX_NODES
+
+    def spend(self, where: Where, error: type[LocatedError]) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise error.at(where, f"expands to more than {MAX_NODES} values (YAML aliases that repeat "
+                                  f"aliases grow exponentially)")
+
+
+def _tree(loader: Loader, node: yaml.Node, where: Where, error: type[LocatedError], budget: _Budget,
           active: frozenset = frozenset()) -> Node:
     where = where.at(node)
+    budget.spend(where, error)
     if id(node) in active:
         raise error.at(where, "recursive YAML alias")
     active = active | {id(node)}
     if isinstance(node, yaml.CollectionNode) and node.tag not in _PLAIN_COLLECTION_TAGS:
         raise error.at(where, f"unsupported YAML tag '{node.tag}' (case files hold plain mappings, lists and scalars)")
     if isinstance(node, yaml.MappingNode):
-        explicit = sum(1 for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge")
+        explicit = sum(1 for k, _ in node.value if k.tag != _MERGE_TAG)
         loader.flatten_mapping(node)            # YAML merge keys (<<): merged pairs come first
         first_explicit = len(node.value) - explicit
         children: dict[str, Node] = {}
@@ -215,10 +258,10 @@ def _tree(loader: Loader, node: yaml.Node, where: Where, error: type[LocatedErro
             else:
                 merged.discard(key)
             keys[key] = kw
-            children[key] = _tree(loader, vnode, where.key(key), error, active)
+            children[key] = _tree(loader, vnode, where.key(key), error, budget, active)
         return Node("map", children, where, keys)
     if isinstance(node, yaml.SequenceNode):
-        items = [_tree(loader, item, where.index(i), error, active) for i, item in enumerate(node.value)]
+        items = [_tree(loader, item, where.index(i), error, budget, active) for i, item in enumerate(node.value)]
         return Node("list", items, where)
     return Node("scalar", loader.construct_object(node, deep=True), where, text=node.value)
 

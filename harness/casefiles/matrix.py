@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import os
 import re
 from dataclasses import dataclass, replace
@@ -34,10 +35,18 @@ from harness.casefiles.values import (
     effective,
     parse_value,
 )
-from harness.ops import OPS
+from harness.ops import OPS, OpSpec, resolve_shape
 from harness.registry import BUILTINS
 
-__all__ = ["INCLUDE_KEYS", "TOP_KEYS", "load_matrix", "load_paths", "select"]
+__all__ = ["INCLUDE_KEYS", "MAX_CASE_BYTES", "MAX_CASES", "TOP_KEYS", "case_bytes", "load_matrix", "load_paths",
+           "select"]
+
+# A matrix is counted before it is expanded, and the whole selection is capped too: a typo
+# (an axis of 10^4 values times another) is refused in a second instead of filling memory.
+MAX_CASES = 1_000_000
+# A case whose kernel arguments alone need more than this fits on no machine (1 TiB).
+MAX_CASE_BYTES = 2**40
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "int32": 4}
 
 TOP_KEYS: tuple[str, ...] = ("name", *CASE_KEYS, "matrix", "exclude", "include")
 INCLUDE_KEYS: tuple[str, ...] = ("name", *CASE_KEYS)
@@ -142,8 +151,12 @@ def _read_spec(root: Node, path: str) -> _Spec:
 
 
 
-def _expand(spec: _Spec) -> list[_Draft]:
+def _expand(spec: _Spec, max_cases: int) -> list[_Draft]:
     drafts: list[_Draft] = []
+    count = math.prod(len(vals) for _, vals in spec.axes or ()) + len(spec.includes)
+    if count > max_cases:
+        raise CaseFileError.at(spec.matrix_where or spec.root,
+                               f"expands to {count} cases, more than the cap of {max_cases} (--max-cases)")
     if spec.axes is not None:
         keys = [k for k, _ in spec.axes]
         varying = [k for k, vals in spec.axes if len(vals) > 1]
@@ -307,7 +320,29 @@ def _build_case(spec: _Spec, draft: _Draft) -> Case:
         if needed > pages:
             raise fail(f"seq_lens need up to {needed} pages but the cache has {pages}",
                        "scratch_pages", "num_pages", "seq_lens", "batch", "page_size")
+    need = case_bytes(case, spec_ops)
+    if need > MAX_CASE_BYTES:
+        given = [k for k in (*GEOMETRY_FIELDS, "seq_lens", "scratch_pages", "chunk_size") if k in values]
+        biggest = max(given, key=lambda k: _size_of(values[k].parsed, g.page_size), default="geometry")
+        raise fail(f"the kernel arguments alone need {need:.3g} bytes, more than any machine holds "
+                   f"(cap {MAX_CASE_BYTES:.3g})", biggest, "geometry")
     return case
+
+
+def case_bytes(case: Case, op: OpSpec) -> int:
+    """The bytes of a case's kernel arguments (inputs, caches, outputs), from its geometry alone:
+    an upper bound on prefill's ``T`` (every sequence at its longest chunk)."""
+    longest = case.seq_lens.max_len(case.geometry.page_size)
+    rows = case.geometry.batch * min(case.chunk_size or longest, longest)
+    sizes = case.sizes(rows)
+    return sum(math.prod(resolve_shape(a.shape, sizes)) * _DTYPE_BYTES[a.dtype]
+               for a in op.args if a.role != "scalar")
+
+
+def _size_of(parsed: Any, page_size: int) -> float:
+    if isinstance(parsed, SeqLens):
+        return parsed.max_len(page_size)
+    return parsed if isinstance(parsed, (int, float)) else 0
 
 
 def _resolve_tolerance(spec: ToleranceSpec | None, args, op: str, in_case: str) -> dict[str, Tolerance]:
@@ -345,8 +380,8 @@ def _resolve_tolerance(spec: ToleranceSpec | None, args, op: str, in_case: str) 
 # Public entry points
 # ---------------------------------------------------------------------------
 
-def load_matrix(path: "str | os.PathLike[str]") -> list[Case]:
-    """One YAML case file -> its expanded, validated cases, in file order."""
+def load_matrix(path: "str | os.PathLike[str]", max_cases: int = MAX_CASES) -> list[Case]:
+    """One YAML case file -> its expanded, validated cases, in file order (at most ``max_cases``)."""
     shown = os.fspath(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -358,7 +393,7 @@ def load_matrix(path: "str | os.PathLike[str]") -> list[Case]:
     if root is None:
         raise CaseFileError(shown, None, None, "", "empty case file (expected a mapping with at least `op`)")
     spec = _read_spec(root, shown)
-    cases = [_build_case(spec, draft) for draft in _expand(spec)]
+    cases = [_build_case(spec, draft) for draft in _expand(spec, max_cases)]
     _refuse_identical_cases(cases)
     return cases
 
@@ -394,10 +429,12 @@ def _case_files(path: Path) -> list[Path]:
     raise CaseFileError(os.fspath(path), None, None, "", "no such file or directory")
 
 
-def load_paths(paths: "Iterable[str | os.PathLike[str]] | str | os.PathLike[str]") -> list[Case]:
+def load_paths(paths: "Iterable[str | os.PathLike[str]] | str | os.PathLike[str]",
+               max_cases: int = MAX_CASES) -> list[Case]:
     """Files and directories (``*.yaml``/``*.yml``, recursively, sorted) -> all their cases, in order.
 
-    A file reached twice is loaded once; the same case id in two files is an error.
+    A file reached twice is loaded once; the same case id in two files is an error; more than
+    ``max_cases`` cases in all is an error.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -412,7 +449,12 @@ def load_paths(paths: "Iterable[str | os.PathLike[str]] | str | os.PathLike[str]
     cases: list[Case] = []
     first: dict[str, Case] = {}
     for f in files:
-        for case in load_matrix(f):
+        loaded = load_matrix(f, max_cases)
+        if len(cases) + len(loaded) > max_cases:
+            raise CaseFileError(os.fspath(f), None, None, "",
+                                f"brings the cases to {len(cases) + len(loaded)}, more than the cap of {max_cases} "
+                                f"(--max-cases)")
+        for case in loaded:
             if case.case_id in first:
                 path, _, line = case.source.rpartition(":")
                 raise CaseFileError(path, int(line), None, "",

@@ -20,6 +20,9 @@ from harness.registry import BUILTINS, is_import_path
 
 __all__ = [
     "CASE_KEYS",
+    "MAX_SEED",
+    "MAX_SIZE",
+    "MAX_TIMEOUT_S",
     "TIERS",
     "TOLERANCE_FIELDS",
     "CaseFileError",
@@ -54,11 +57,22 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _int(n: Node, minimum: int | None = None) -> int:
+# Bounds that no real case comes near: sizes and indices are int32 in the kernel ABI, seeds
+# are what torch.manual_seed takes, a timeout past a week is a typo (and 1e308 overflows
+# the clock arithmetic).
+MAX_SIZE = 2**31 - 1
+MAX_SEED = 2**63 - 1
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_LAYERS = 4096           # no model comes near; layers cost time, not bytes, so the byte bound misses them
+
+
+def _int(n: Node, minimum: int | None = None, maximum: int = MAX_SIZE) -> int:
     if n.kind != "scalar" or not _is_int(n.value):
         raise CaseFileError.at(n.where, f"expected an integer, got {n.describe()}")
     if minimum is not None and n.value < minimum:
         raise CaseFileError.at(n.where, f"must be >= {minimum}, got {n.value}")
+    if n.value > maximum:
+        raise CaseFileError.at(n.where, f"must be <= {maximum}, got {n.value}")
     return n.value
 
 
@@ -153,6 +167,8 @@ def _positive_len(n: Node) -> int:
 def _len_value(v: int, where: Where) -> int:
     if v < 1:
         raise CaseFileError.at(where, f"sequence lengths must be >= 1, got {v}")
+    if v > MAX_SIZE:
+        raise CaseFileError.at(where, f"sequence lengths must be <= {MAX_SIZE}, got {v}")
     return v
 
 
@@ -169,6 +185,8 @@ def _slot_mode(n: Node) -> SlotMode:
     if text in ("arange", "random"):
         return SlotMode(text)
     if m := _CONST_RE.fullmatch(text):
+        if abs(int(m[1])) > MAX_SIZE:
+            raise CaseFileError.at(w, f"const(v) needs |v| <= {MAX_SIZE} (slots are int32), got {m[1]}")
         return SlotMode("const", int(m[1]))
     if m := _PADDED_RE.fullmatch(text):
         f = float(m[1])
@@ -317,6 +335,7 @@ _PARSERS: dict[str, Callable[[Node], tuple[Any, Any]]] = {
     "kernel": _simple(_kernel),
     "geometry": _simple(lambda n: _choice(n, PRESETS, "geometry preset")),
     **{f: _simple(lambda n: _int(n, minimum=1)) for f in GEOMETRY_FIELDS if f not in _GEOMETRY_FLOATS},
+    "num_layers": _simple(lambda n: _int(n, minimum=1, maximum=MAX_LAYERS)),
     "head_dim": _simple(_head_dim),
     **{f: _simple(lambda n: _float(n, positive=True)) for f in _GEOMETRY_FLOATS},
     "seq_lens": _rendered(_seq_lens),
@@ -324,9 +343,9 @@ _PARSERS: dict[str, Callable[[Node], tuple[Any, Any]]] = {
     "chunk_size": _simple(lambda n: _int(n, minimum=1)),
     "block_value": _simple(lambda n: _int(n, minimum=0)),
     "scratch_pages": _simple(lambda n: _int(n, minimum=1)),
-    "seed": _simple(lambda n: _int(n, minimum=0)),
+    "seed": _simple(lambda n: _int(n, minimum=0, maximum=MAX_SEED)),
     "tolerance": _tolerance,
-    "timeout_s": _simple(lambda n: _float(n, positive=True)),
+    "timeout_s": _simple(lambda n: _float(n, positive=True, maximum=MAX_TIMEOUT_S)),
     "env": _env_value,
     "tier": _simple(lambda n: _choice(n, TIERS, "tier")),
 }

@@ -11,7 +11,7 @@ import sys
 
 from harness import trace
 from harness.cli.bisect import GIT_BAD, GIT_GOOD, GIT_SKIP, cmd_bisect, cmd_bisect_run
-from harness.cli.common import EXIT_INTERNAL, EXIT_USAGE
+from harness.cli.common import EXIT_INTERNAL, EXIT_USAGE, check_output_flags
 from harness.cli.compare import cmd_compare
 from harness.cli.flake import cmd_flake
 from harness.cli.ops import cmd_ops
@@ -19,6 +19,7 @@ from harness.cli.parser import build_parser
 from harness.cli.runs import cmd_list, cmd_run
 from harness.cli.stored import cmd_history, cmd_report
 from harness.errors import HarnessError, UsageError
+from harness.formats import printable
 
 __all__ = ["main"]
 
@@ -51,12 +52,13 @@ def _git_safe(argv: list[str]) -> int:
 def _dispatch(args) -> int:
     trace.enable(args.debug or trace.enabled_by_env())
     try:
+        check_output_flags(args)
         return COMMANDS[args.command](args)
     except UsageError as exc:
-        print(f"harness: error: {exc}", file=sys.stderr)
+        print(f"harness: error: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except HarnessError as exc:  # the store failed mid-run (disk full, ...): not a harness bug
-        print(f"harness: error: {exc}", file=sys.stderr)
+        print(f"harness: error: {printable(exc)}", file=sys.stderr)
         return EXIT_INTERNAL
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
@@ -64,5 +66,6 @@ def _dispatch(args) -> int:
     except Exception as exc:  # the harness itself broke: say so, ask for a report
         import traceback
         traceback.print_exc()
-        print(f"harness: internal error: {type(exc).__name__}: {exc} (this is a harness bug)", file=sys.stderr)
+        print(f"harness: internal error: {type(exc).__name__}: {printable(exc)} (this is a harness bug)",
+              file=sys.stderr)
         return EXIT_INTERNAL

@@ -19,6 +19,7 @@ from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, e
                                 session_golden_cache)
 from harness.devices import parse_device
 from harness.errors import UsageError
+from harness.formats import printable
 from harness.flake import hunt as flake
 from harness.flake.hunt import HuntOptions
 from harness.outcomes import Result
@@ -181,7 +182,7 @@ def cmd_bisect_run(args) -> int:
     what, sig = observe(recorded.results, signature)
     for r in recorded.results:
         if r.outcome.failed:
-            print(f"{r.label} {r.case_id} (run {r.repeat}): {r.summary}")
+            print(printable(f"{r.label} {r.case_id} (run {r.repeat}): {r.summary}"))
     if what == SIGHTED:
         print(f"harness bisect-run: bad ({sig} seen)")
         return GIT_BAD

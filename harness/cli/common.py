@@ -14,13 +14,14 @@ from harness.case import Case
 from harness.casefiles import load_paths, select
 from harness.devices import Device, parse_device, parse_device_list
 from harness.errors import UsageError
+from harness.formats import printable
 from harness.refs import with_defaults
 from harness.refs.runner import DEFAULT_ENV, RefSetup
 from harness.reports.terminal import Reporter
 from harness.run import options
 from harness.run.engine import RunOptions
-from harness.reports.writers import Outputs, write_outputs
-from harness.store import DEFAULT_STORE, MemoryStore, Store
+from harness.reports.writers import Outputs, check_outputs, write_outputs
+from harness.store import MemoryStore, Store
 
 # README: 0 every case passed (or was skipped), 1 some case failed, 2 bad usage or bad
 # case files, 3 the harness itself broke.
@@ -30,7 +31,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 def load_cases(args, *, import_kernel: bool = True) -> list[Case]:
     """The selected cases; under ``--kernel``, run by that kernel (``import_kernel``: check it
     imports and binds first; compare and bisect do not, each ref has its own code)."""
-    cases = load_paths(args.paths)
+    cases = load_paths(args.paths, args.max_cases)
     if args.tier in ("ci", "device"):
         cases = [c for c in cases if c.tier == args.tier]
     if args.expr:
@@ -50,9 +51,9 @@ def _with_kernel(args, cases: list[Case], import_kernel: bool) -> list[Case]:
     states = (options.kernel_states(args.kernel, ops, args.kernel_path) if import_kernel
               else options.registry_states(args.kernel, ops))
     chosen = options.with_kernel(cases, args.kernel, states)
-    print(f"kernel: {chosen.kernel}", flush=True)
+    print(printable(f"kernel: {chosen.kernel}"), flush=True)
     for note in chosen.notes:
-        print(note, flush=True)
+        print(printable(note), flush=True)
     return list(chosen.cases)
 
 
@@ -61,11 +62,11 @@ def no_kernel_on_resume(args) -> None:
         raise UsageError("--kernel does not apply to --resume (a resumed run keeps the kernels it was planned with)")
 
 
-def store_path(args, default: Path = DEFAULT_STORE) -> str:
+def store_path(args, default: Path | None = None) -> str:
     return options.store_path(args.store, default=default)
 
 
-def open_store(args, default: Path = DEFAULT_STORE) -> Store:
+def open_store(args, default: Path | None = None) -> Store:
     """Before any case loads or runs: an unusable store path is a usage error (``StoreOpenError``)."""
     if getattr(args, "no_store", False):
         if getattr(args, "resume", None):
@@ -76,6 +77,13 @@ def open_store(args, default: Path = DEFAULT_STORE) -> Store:
 
 def outputs(args) -> Outputs:
     return Outputs(json=args.json_path, junit=args.junit, markdown=args.markdown, html=args.html)
+
+
+def check_output_flags(args) -> None:
+    """Before a command does anything: every report path it was given can be written
+    (``OutputPathError``, exit 2, instead of exit 3 after every case ran)."""
+    if hasattr(args, "json_path"):
+        check_outputs(outputs(args))
 
 
 def publisher(args) -> Callable[[dict], list[str]] | None:
@@ -99,14 +107,16 @@ def engine_options(args, devices: list[Device], *, kernel_paths=None, golden_dty
                    default_log_dir: Path | None = None) -> RunOptions:
     """The engine options an executing command's flags say; the keywords override them (a resumed
     run's stored options, a session's golden cache; ``default_log_dir``: the logs' parent without
-    ``--log-dir``, in place of ``reports/logs``).  A bad rules file: exit 2 before any case."""
+    ``--log-dir``, in place of ``reports/logs``).  A bad rules file or an absent accelerator
+    (without ``--allow-absent-devices``): exit 2 before any case."""
+    options.require_present(devices, args.allow_absent_devices)
     return options.run_options(options.Settings(
         devices=tuple(devices),
         kernel_paths=tuple(args.kernel_path if kernel_paths is None else kernel_paths),
         golden_cache=golden_cache if golden_cache is not None
         else options.golden_cache(args.golden_cache, args.no_golden_cache),
         golden_dtype=golden_dtype or args.golden_dtype, log_dir=args.log_dir, log_root=default_log_dir,
-        rules=tuple(args.rules), tier=tier or args.tier, exitfirst=exitfirst))
+        rules=tuple(args.rules), tier=tier or args.tier, exitfirst=exitfirst, max_log_bytes=args.max_log_mb << 20))
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, en
                                 resume_command, session_golden_cache, sigterm_as_interrupt, store_path)
 from harness.devices import Device, parse_device
 from harness.errors import UsageError
+from harness.formats import printable
 from harness.flake import hunt as flake
 from harness.flake.changes import HuntChange, hunt_changes
 from harness.flake.hunt import HuntOptions
@@ -183,6 +184,8 @@ def _flake(args, options: HuntOptions | None, store: Store) -> int:
     for case_id, n in stopped.items():
         reporter.note(f"{case_id}: stopped after {rules.failures[case_id]} failure(s); {n} iterations not run")
     recorded = captured[0]
+    for warning in recorded.warnings:
+        reporter.note(f"warning: {warning}")
     note_outputs(reporter, args, recorded.run_id, store)
     if hunt.origin and not args.no_store:
         reporter.note(f"(it resumes {hunt.origin}: `harness report {hunt.origin}` shows the whole hunt)")
@@ -219,7 +222,7 @@ def _flake_compare(args) -> int:
                          f"({len(before)} and {len(after)} cases)")
     print(f"before: {name_a}   after: {name_b}")
     for row in rows:
-        print(change_line(row))
+        print(printable(change_line(row)))
     only = sorted(set(before) ^ set(after))
     if only:
         print(f"({len(only)} case{'s' * (len(only) != 1)} in only one of the runs left out)")

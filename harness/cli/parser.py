@@ -2,16 +2,35 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import NoReturn
 
 from harness import __version__
+from harness.casefiles.matrix import MAX_CASES
+from harness.casefiles.values import MAX_SEED
 from harness.flake.hunt import SEED_MODES
+from harness.logs import LOG_CAP_BYTES
+from harness.run.options import MAX_REPEAT
+from harness.shard.split import ShardError, parse_shard
 from harness.store import DEFAULT_STORE
 from harness.stored import KIND_FAMILIES
+
+MAX_SHARDS = 10_000     # no real split comes near; the split's plan is built per shard
+
+
+class _Parser(argparse.ArgumentParser):
+    """Flag errors as one line (``harness run: error: ...``), like every other usage error."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", default=["cases"], help="case files or directories (default: cases)")
     p.add_argument("-k", dest="expr", default=None, help="select cases whose id matches EXPR (and/or/not)")
+    p.add_argument("--max-cases", type=positive_int("--max-cases"), default=MAX_CASES, metavar="N",
+                   help=f"refuse case files that expand to more than N cases (default {MAX_CASES})")
     p.add_argument("--tier", choices=("auto", "ci", "device", "all"), default="auto",
                    help="auto: every case, device-tier ones skipped on cpu; ci/device: only that tier; "
                         "all: every case, device tier run on cpu too")
@@ -31,8 +50,12 @@ def _add_outputs(p: argparse.ArgumentParser) -> None:
 
 def _add_execution(p: argparse.ArgumentParser) -> None:
     """Options of every command that runs cases (run, flake, compare, bisect)."""
-    p.add_argument("--device", default=None, help="cpu, cuda:N or npu:N (default cpu)")
-    p.add_argument("--devices", default=None, help="several devices, one worker each: npu:0-7, cuda:0,cuda:1")
+    p.add_argument("--device", type=nonempty("--device"), default=None, help="cpu, cuda:N or npu:N (default cpu)")
+    p.add_argument("--devices", type=nonempty("--devices"), default=None,
+                   help="several devices, one worker each: npu:0-7, cuda:0,cuda:1")
+    p.add_argument("--allow-absent-devices", action="store_true",
+                   help="run even when an accelerator asked for is not present (its cases SKIPPED, exit 0); "
+                        "without it that is exit 2 before any case")
     p.add_argument("--kernel", default=None, metavar="NAME|pkg.mod[:fn]",
                    help="run every selected case with this kernel instead of its own (ids unchanged): a builtin, "
                         "package.module:callable (for every op) or package.module (one function per op, named "
@@ -44,20 +67,24 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-golden-cache", action="store_true",
                    help="do not keep goldens between runs (a run still computes each distinct golden once)")
     p.add_argument("--golden-dtype", choices=("fp32", "fp64"), default="fp32")
-    p.add_argument("--log-dir", default=None, help="per-case logs (default reports/logs/<timestamp>)")
+    p.add_argument("--log-dir", default=None, help="per-case logs (default reports/logs/<a name of the run's own>; in a git "
+                   "checkout that is not a harness project, under ~/.cache/fused-kernel-harness/repos/)")
+    p.add_argument("--max-log-mb", type=positive_int("--max-log-mb", 1 << 20), default=LOG_CAP_BYTES >> 20,
+                   metavar="MB", help=f"cut each case log longer than this to its head and tail, with a "
+                                      f"'[... N bytes dropped ...]' line between (default {LOG_CAP_BYTES >> 20})")
     p.add_argument("--rules", action="append", default=[], metavar="FILE",
                    help="extra classifier rules (YAML; harness-rules.yaml in the cwd is read too)")
     p.add_argument("--no-progress", action="store_true", help="plain line-per-case output")
     p.add_argument("--no-color", action="store_true", help="plain output without colours (as when not a TTY)")
     _add_store(p)
     p.add_argument("--no-store", action="store_true", help="keep results in memory only")
-    p.add_argument("--seed", type=int, default=None, help="run every selected case with this input seed "
+    p.add_argument("--seed", type=seed("--seed"), default=None, help="run every selected case with this input seed "
                    "(replays one iteration of a fresh-seed hunt)")
     _add_outputs(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="harness", description="Correctness harness for fused LLM kernels.")
+    parser = _Parser(prog="harness", description="Correctness harness for fused LLM kernels.")
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
@@ -72,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection(p_run)
     _add_execution(p_run)
     p_run.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first failure")
-    p_run.add_argument("--shard", default=None, metavar="I/N",
+    p_run.add_argument("--shard", type=shard, default=None, metavar="I/N",
                        help="run only shard I of N (1-based; deterministic: every host computes the same split)")
     p_run.add_argument("--shard-durations", default=None, metavar="SOURCE",
                        help="balance shards by the durations in SOURCE (a --json report or a store, not "
@@ -86,12 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
                              help="run cases N times: failure rate, intervals, bitwise determinism")
     _add_selection(p_flake)
     _add_execution(p_flake)
-    p_flake.add_argument("--repeat", type=positive_int("--repeat"), default=None,
+    p_flake.add_argument("--repeat", type=positive_int("--repeat", MAX_REPEAT), default=None,
                          help="iterations per case (default 20; with --until-fail, the cap, default 1000)")
     p_flake.add_argument("--seeds", choices=SEED_MODES, default=None,
                          help="fixed (default): identical inputs every iteration, outputs compared bit for bit "
                               "across iterations; fresh: a new recorded seed per iteration")
-    p_flake.add_argument("--hunt-seed", type=int, default=None,
+    p_flake.add_argument("--hunt-seed", type=seed("--hunt-seed"), default=None,
                          help="fresh seeds derive from this (default: random, printed and stored)")
     p_flake.add_argument("--until-fail", action="store_true", help="stop a case at its first failure")
     p_flake.add_argument("--stop-after", type=positive_int("--stop-after"), default=None, metavar="K",
@@ -121,12 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_cmp.add_argument("--ref", dest="refs", action="append", default=[], metavar="NAME=REV",
                        help="a ref to run (sha, branch, tag, remote ref of a fork); repeat; the first is the "
                             "baseline, the last the candidate")
-    p_cmp.add_argument("--repeat", type=positive_int("--repeat"), default=None,
+    p_cmp.add_argument("--repeat", type=positive_int("--repeat", MAX_REPEAT), default=None,
                        help="runs per case per ref (default 5)")
     p_cmp.add_argument("--seeds", choices=SEED_MODES, default=None,
                        help="fixed (default): each case's own seed every repeat; fresh: a new recorded seed per "
                             "repeat, the same on every ref (paired)")
-    p_cmp.add_argument("--hunt-seed", type=int, default=None,
+    p_cmp.add_argument("--hunt-seed", type=seed("--hunt-seed"), default=None,
                        help="with --seeds fresh, the seeds derive from this (default: random, printed and stored)")
     p_cmp.add_argument("--resume", default=None, metavar="COMPARE_ID",
                        help="continue a stored compare: only the repeats no ref has a result for run (its refs, "
@@ -160,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_execution(p_brun)
     p_brun.add_argument("--signature", default=None, metavar="OUTCOME[:CODE]",
                         help="bad only when this failure shows (other failures: skip); default: any failure is bad")
-    p_brun.add_argument("--repeat", type=positive_int("--repeat"), default=1,
+    p_brun.add_argument("--repeat", type=positive_int("--repeat", MAX_REPEAT), default=1,
                         help="runs per case; bad if the signature shows in any (for flaky failures)")
     p_brun.add_argument("--build", default=None, metavar="CMD", help="run first in the current directory; "
                         "a failing build is a skip (125)")
@@ -209,14 +236,45 @@ def _add_refs(p: argparse.ArgumentParser) -> None:
                    help="where refs are checked out (default $HARNESS_WORKTREE_CACHE or ~/.cache/harness/worktrees)")
 
 
-def positive_int(flag: str):
-    """An argparse ``type``: a whole number of at least 1, the error naming ``flag``."""
+def positive_int(flag: str, maximum: int | None = None):
+    """An argparse ``type``: a whole number of at least 1 (at most ``maximum``), the error naming ``flag``."""
+    return _whole(flag, 1, maximum)
+
+
+def seed(flag: str):
+    """An argparse ``type``: an input seed, a whole number torch can seed with."""
+    return _whole(flag, 0, MAX_SEED)
+
+
+def _whole(flag: str, minimum: int, maximum: int | None):
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} takes a whole number, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{flag} must be at least 1, got {value}")
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{flag} must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{flag} must be at most {maximum}, got {value}")
         return value
     return parse
+
+
+def nonempty(flag: str):
+    """An argparse ``type``: text that is not blank (``--device ""`` must not mean the default)."""
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{flag} is empty")
+        return text
+    return parse
+
+
+def shard(text: str) -> str:
+    """An argparse ``type`` for ``--shard I/N``: checked here, with N bounded; kept as text."""
+    try:
+        parsed = parse_shard(text)
+    except ShardError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if parsed.total > MAX_SHARDS:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: at most {MAX_SHARDS} shards, got {parsed.total}")
+    return text

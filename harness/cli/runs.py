@@ -10,6 +10,7 @@ from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, en
                                 no_kernel_on_resume, note_outputs, open_store, plain, publisher, store_path)
 from harness.devices import parse_device
 from harness.errors import UsageError
+from harness.formats import printable
 from harness.outcomes import Outcome
 from harness.reports.terminal import Reporter
 from harness.run.engine import Planned
@@ -23,7 +24,7 @@ from harness.store import Store
 
 def cmd_list(args) -> int:
     for case in load_cases(args):
-        print(f"{case.case_id}\t{case.op}\t{case.kernel}\t{case.tier}\t{case.source}")
+        print(printable(f"{case.case_id}\t{case.op}\t{case.kernel}\t{case.tier}\t{case.source}"))
     return EXIT_OK
 
 
@@ -61,6 +62,8 @@ def _run(args, store: Store) -> int:
             addendum=lambda rec: Addendum(document={"shard": shard} if shard else {}))
     summary = recorded.summary
     reporter.final(recorded.results, summary)
+    for warning in recorded.warnings:
+        reporter.note(f"warning: {warning}")
     note_outputs(reporter, args, recorded.run_id, store)
     if summary["counts"].get(Outcome.HARNESS_ERROR.value):
         return EXIT_INTERNAL

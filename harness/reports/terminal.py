@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.outcome_table import NEAR_TIE, PASS, passed_text
+from harness.formats import printable
 from harness.outcomes import Outcome, Result
 from harness.reports.document import failure_groups
 
@@ -71,7 +72,7 @@ class Reporter:
             self._progress.update(self._task, completed=self.done, failures=self.failures)
 
     def started(self, case_id: str, device: str) -> None:
-        self.current[device] = case_id
+        self.current[device] = printable(case_id)
         self._refresh()
 
     def finished(self, result: Result) -> None:
@@ -79,24 +80,25 @@ class Reporter:
         self.failures += result.outcome.failed
         self.current.pop(result.device, None)
         if self.line is not None:
-            text = self.line(result)
+            text = printable(self.line(result))
             if self.plain:
                 print(text, flush=True)
             else:
                 self.console.print(Text(text, style="red" if result.outcome.failed else ""))
                 self._refresh()
         elif self.plain:
-            line = f"[{self.done}/{self.total}] {result.label:<14} {result.case_id} ({result.duration_s:.2f} s)"
+            line = f"[{self.done}/{self.total}] {result.label:<14} {printable(result.case_id)} ({result.duration_s:.2f} s)"
             if result.outcome.failed:
-                line += f"\n    {result.summary}"
+                line += f"\n    {printable(result.summary)}"
             print(line, flush=True)
         else:
             if result.outcome.failed:
-                self.console.print(Text.assemble((result.label, "red"), f" {result.case_id}: {result.summary}"))
+                self.console.print(Text.assemble((result.label, "red"),
+                                                 f" {printable(result.case_id)}: {printable(result.summary)}"))
             self._refresh()
 
     def note(self, text: str) -> None:
-        self.console.print(text, markup=False)
+        self.console.print(printable(text), markup=False)
 
     def final(self, results: list[Result], summary: dict) -> None:
         table = Table(title="Summary", show_lines=False)
@@ -121,7 +123,8 @@ class Reporter:
                 if not g.same_summary and g.detail:
                     text += f" (all {g.count}: {g.detail})"
                 fail_table.add_row(Text("" if g.label == previous else g.label),
-                                   Text(g.case_id + (f" {g.times}" if g.times else "")), Text(g.where), Text(text))
+                                   Text(printable(g.case_id + (f" {g.times}" if g.times else ""))),
+                                   Text(printable(g.where)), Text(printable(text)))
                 previous = g.label
             self.console.print(fail_table)
             logged = [g for g in groups if g.log]
@@ -132,9 +135,9 @@ class Reporter:
                         iteration = f" ({g.times}, iters {g.repeats})"
                     else:
                         iteration = f" (iter {g.first.repeat})" if g.first.repeat else ""
-                    self.console.print(f"  {g.case_id}{iteration}: {g.log}", markup=False, soft_wrap=True)
+                    self.console.print(printable(f"  {g.case_id}{iteration}: {g.log}"), markup=False, soft_wrap=True)
                     if g.other_logs:
-                        self.console.print(f"    other logs {g.other_logs}", markup=False, soft_wrap=True)
+                        self.console.print(printable(f"    other logs {g.other_logs}"), markup=False, soft_wrap=True)
         gc = summary["golden_cache"]
         near_tie = summary.get("outcomes", {}).get(NEAR_TIE, 0)
         self.console.print(

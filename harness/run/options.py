@@ -13,6 +13,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -23,9 +24,10 @@ from typing import Any
 from harness.case import Case
 from harness.casefiles.located import did_you_mean
 from harness.classify import default_rules
-from harness.devices import Device
+from harness.devices import Device, DeviceError
 from harness.errors import UsageError
 from harness.formats import one_line
+from harness.logs import LOG_CAP_BYTES
 from harness.registry import BUILTINS, is_kernel_name
 from harness.run.engine import RunOptions
 from harness.run.pool import WorkerOptions, worker_env
@@ -55,6 +57,40 @@ def repo_state_dir(repo: Path) -> Path:
     return user_cache_dir() / "repos" / f"{top.name}-{digest}"
 
 
+# Iterations per case, for both front ends: a plan is built per iteration before the first
+# runs, so past this it would fill memory instead of running.
+MAX_REPEAT = 100_000
+
+_HARNESS_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def foreign_checkout_state(cwd: Path | None = None) -> Path | None:
+    """Where the default store and logs go instead of ``./reports`` when the current directory is
+    inside a git checkout that is not a harness project (a kernel library being worked on):
+    ``repo_state_dir`` of that checkout, as for ``bisect-run``.  A checkout is a harness project
+    (None: ``./reports`` as always) when it is the harness's own, or its top holds ``cases/``
+    or ``reports/``, or the current directory holds ``reports/`` (the user chose it)."""
+    cwd = (cwd or Path.cwd()).resolve()
+    top = next((d for d in (cwd, *cwd.parents) if (d / ".git").exists()), None)
+    if top is None or top == _HARNESS_CHECKOUT or (cwd / "reports").is_dir():
+        return None
+    if (top / "cases").is_dir() or (top / "reports").is_dir():
+        return None
+    return repo_state_dir(top)
+
+
+def default_store() -> Path:
+    """``reports/results.sqlite``, or in a foreign checkout its state directory's (``foreign_checkout_state``)."""
+    state = foreign_checkout_state()
+    return DEFAULT_STORE if state is None else state / "results.sqlite"
+
+
+def default_log_root() -> Path:
+    """``reports/logs``, or in a foreign checkout its state directory's (``foreign_checkout_state``)."""
+    state = foreign_checkout_state()
+    return Path("reports") / "logs" if state is None else state / "logs"
+
+
 @dataclass(frozen=True)
 class Settings:
     """What a front end's flags say about how cases run."""
@@ -63,11 +99,13 @@ class Settings:
     kernel_paths: tuple[str, ...] = ()      # relative ones are taken from the current directory
     golden_cache: str | None = None         # None: $HARNESS_GOLDEN_CACHE or ~/.cache/...; "": keep no goldens
     golden_dtype: str = "fp32"
-    log_dir: str | None = None              # None: <log_root>/<log_prefix><time>
-    log_root: Path | None = None            # None: reports/logs (of the current directory)
+    log_dir: str | None = None              # None: <log_root>/<log_prefix><log_name>
+    log_root: Path | None = None            # None: default_log_root()
     log_prefix: str = ""
+    log_name: str | None = None             # None: a name of this run's own (see run_options)
     log_subdir: str = ""                    # one per pytest-xdist worker under the shared log dir
     rules: tuple[str, ...] = ()             # extra classifier rule files
+    max_log_bytes: int = LOG_CAP_BYTES      # each case log cut to its head and tail past this
     tier: str = "auto"
     exitfirst: bool = False
 
@@ -82,9 +120,17 @@ def kernel_paths(flags) -> tuple[str, ...]:
     return tuple(str(Path(p).resolve()) for p in flags)
 
 
-def store_path(flag: str | None, env: Mapping[str, str] = os.environ, default: Path = DEFAULT_STORE) -> str:
-    """``--store``, else ``$HARNESS_STORE``, else ``default``."""
-    return str(flag or env.get("HARNESS_STORE") or default)
+def store_path(flag: str | None, env: Mapping[str, str] = os.environ, default: Path | None = None) -> str:
+    """``--store``, else ``$HARNESS_STORE``, else ``default`` (None: ``default_store()``)."""
+    return str(flag or env.get("HARNESS_STORE") or default or default_store())
+
+
+def new_log_name() -> str:
+    """A log directory name no other run gets: two runs started in the same second (or the same
+    directory) once shared ``reports/logs/<second>`` and overwrote each other's logs.  The pid
+    separates runs on one host, the random part runs on hosts that share the directory."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
 def run_options(settings: Settings) -> RunOptions:
@@ -92,14 +138,17 @@ def run_options(settings: Settings) -> RunOptions:
     cache = settings.golden_cache
     if cache is None:
         cache = str(default_cache_dir())
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    log_root = settings.log_root or Path("reports") / "logs"
-    log_dir = Path(settings.log_dir or log_root / f"{settings.log_prefix}{stamp}").resolve()
+    if cache:       # absolute now: a kernel that chdirs must not move the goldens of later cases
+        cache = str(Path(cache).expanduser().resolve())
+    log_root = settings.log_root or default_log_root()
+    log_dir = Path(settings.log_dir or log_root / f"{settings.log_prefix}{settings.log_name or new_log_name()}")
+    log_dir = log_dir.resolve()
     if settings.log_subdir:
         log_dir = log_dir / settings.log_subdir
     worker = WorkerOptions(log_dir=log_dir, golden_cache=cache, golden_dtype=settings.golden_dtype,
                            kernel_paths=kernel_paths(settings.kernel_paths),
-                           rules=default_rules(extra=[Path(p) for p in settings.rules]))
+                           rules=default_rules(extra=[Path(p) for p in settings.rules]),
+                           max_log_bytes=settings.max_log_bytes)
     return RunOptions(devices=list(settings.devices), worker=worker, run_device_tier_on_cpu=settings.tier == "all",
                       exitfirst=settings.exitfirst)
 
@@ -121,6 +170,46 @@ class ResumeOptions:
         """What ``data`` holds, ``default`` (today's flags) for what it lacks (an older run)."""
         return cls(kernel_paths=tuple(data.get("kernel_paths") or default.kernel_paths),
                    golden_dtype=data.get("golden_dtype", default.golden_dtype), tier=data.get("tier", default.tier))
+
+
+# -- absent devices ------------------------------------------------------------
+
+DEVICE_PROBE_TIMEOUT_S = 120.0   # importing torch (and torch-npu, which initialises CANN)
+
+
+def absent_devices(devices: Sequence[Device], base_env: Mapping[str, str] | None = None) -> dict[Device, str]:
+    """The accelerators in ``devices`` that a worker would not find, with the reason its backend
+    gives, asked in a fresh interpreter with the workers' environment (the front end imports no
+    device runtime).  CPU is always present and costs no probe."""
+    wanted = list(dict.fromkeys(d for d in devices if d.kind != "cpu"))
+    if not wanted:
+        return {}
+    options = WorkerOptions(log_dir=Path("."), **({"base_env": dict(base_env)} if base_env is not None else {}))
+    code = "import sys; from harness.devices import probe_main; probe_main(sys.argv[1:])"
+    try:
+        done = subprocess.run([sys.executable, "-c", code, *map(str, wanted)], env=worker_env(options, {}),
+                              capture_output=True, text=True, timeout=DEVICE_PROBE_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        return {d: f"the device probe took over {DEVICE_PROBE_TIMEOUT_S:g} s" for d in wanted}
+    except (IndexError, json.JSONDecodeError):
+        tail = " ".join(done.stderr.split()[-20:])
+        return {d: f"the device probe failed (exit {done.returncode}): {tail}" for d in wanted}
+    return {d: found[str(d)] for d in wanted if found.get(str(d))}
+
+
+def require_present(devices: Sequence[Device], allow_absent: bool, flag: str = "--allow-absent-devices") -> None:
+    """An absent accelerator is exit 2 before any case, not a run of SKIPPED cases that exits 0
+    (a false green in CI); ``allow_absent`` (the front end's ``flag``) keeps the skips."""
+    if allow_absent:
+        return
+    absent = absent_devices(devices)
+    if absent:
+        device, why = next(iter(absent.items()))
+        more = f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""
+        raise DeviceError(f"{device} not present: {one_line(why)}{more}; {flag} runs anyway, "
+                          f"every case on it SKIPPED")
 
 
 # -- --kernel -------------------------------------------------------------------

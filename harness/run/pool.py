@@ -31,6 +31,7 @@ from harness.case import Case
 from harness.classify.matching import Classification, classify_exception, classify_exit, classify_timeout, read_log
 from harness.devices import Device
 from harness.errors import HarnessError
+from harness.logs import LOG_CAP_BYTES, cap_log
 from harness.outcomes import Outcome, Result
 from harness.processes import TERM_GRACE_S, terminate
 from harness.worker import protocol
@@ -63,6 +64,8 @@ class WorkerOptions:
     startup_timeout_s: float = 300.0
     rules: tuple | None = None           # classifier rules (built-ins + project + --rules); None: built-ins
     fork_cpu_workers: bool = True        # cpu workers forked from a preloaded zygote (see ZYGOTE_PRELOAD)
+    max_log_bytes: int = LOG_CAP_BYTES   # each case log cut to its head and tail past this (logs.cap_log)
+    rss_growth_warn_bytes: int = 1 << 30  # a worker whose RSS grew this much across cases: a warning
     base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -195,6 +198,8 @@ class DeviceWorker:
         self.starts = 0           # processes started, spares included
         self.replacements = 0     # workers stopped because of a fault
         self._log_dirs: set[Path] = set()
+        self.warnings: list[str] = []     # for the report: a worker that kept growing (a leaking kernel)
+        self._rss: tuple[int, int, int, bool] | None = None  # pid, RSS after its first case, cases since, warned
 
     @property
     def proc(self) -> subprocess.Popen | _ForkedProc | None:
@@ -325,7 +330,28 @@ class DeviceWorker:
             return self._died(base, log_path, started)
         if reply is None:
             return self._hung(case, base, log_path, started)
+        cap_log(log_path, self.options.max_log_bytes)
+        self._watch_rss(current.proc.pid)
         return self._result(reply, base, log_path)
+
+    def _watch_rss(self, pid: int) -> None:
+        """Warn once per worker process whose resident memory grew past ``rss_growth_warn_bytes``
+        since its first case: a kernel that leaks case after case, before it becomes an OOM."""
+        rss = _rss_bytes(pid)
+        if rss is None:
+            return
+        if self._rss is None or self._rss[0] != pid:
+            self._rss = (pid, rss, 0, False)
+            return
+        _, first, cases, warned = self._rss
+        cases += 1
+        grew = rss - first > self.options.rss_growth_warn_bytes
+        if grew and not warned:
+            self.warnings.append(f"worker {self.name} ({self.device}, pid {pid}) grew by {(rss - first) / 2**20:.0f} "
+                                 f"MiB of resident memory over {cases} cases (from {first / 2**20:.0f} MiB to "
+                                 f"{rss / 2**20:.0f} MiB): a kernel may be leaking memory")
+            trace.log.debug("%s", self.warnings[-1])
+        self._rss = (pid, first, cases, warned or grew)
 
     def _result(self, reply: protocol.CaseReply, base: dict, log_path: Path) -> Result:
         failure = reply.failure
@@ -356,6 +382,7 @@ class DeviceWorker:
             except OSError:
                 pass
         self.replace(f"no reply within timeout_s={case.timeout_s:g}")
+        cap_log(log_path, self.options.max_log_bytes)
         log_text = read_log(log_path)
         cls = classify_timeout(case.timeout_s, log_text, rules=self.options.rules)
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
@@ -371,11 +398,21 @@ class DeviceWorker:
             except subprocess.TimeoutExpired:
                 pass
         self.replace(f"died mid-case (exit status {returncode})")
+        cap_log(log_path, self.options.max_log_bytes)
         log_text = read_log(log_path)
         cls = classify_exit(returncode, log_text, rules=self.options.rules)
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
                       report=log_text[-4000:], duration_s=time.perf_counter() - started,
                       metrics=_fault_metrics(cls), **base)
+
+
+def _rss_bytes(pid: int) -> int | None:
+    """Resident memory of ``pid`` (Linux ``/proc``; None elsewhere or once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _wait_for_quiet_log(log_path: Path, limit_s: float) -> None:

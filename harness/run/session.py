@@ -45,6 +45,7 @@ class Recorded:
     started: float
     devices: list[str]
     addendum: Addendum = field(default_factory=Addendum)
+    warnings: list[str] = field(default_factory=list)       # what the workers noticed (a leaking kernel)
 
     @property
     def summary(self) -> dict:
@@ -53,9 +54,10 @@ class Recorded:
 
 def document(recorded: Recorded, command: list[str] | None = None, **extra: Any) -> dict:
     """The report document (the ``--json`` format plus ``kind``, ``refs``, ``flake``...)."""
+    warned = {"warnings": list(recorded.warnings)} if recorded.warnings else {}
     return build_document(recorded.results, started=recorded.started, devices=recorded.devices,
                           command=command or sys.argv, provenance=recorded.provenance,
-                          run_id=recorded.run_id, **{**recorded.addendum.document, **extra})
+                          run_id=recorded.run_id, **{**warned, **recorded.addendum.document, **extra})
 
 
 def begin(store: Store, planned: Iterable[tuple[Case, int]], *, devices: list[str],
@@ -118,6 +120,7 @@ def execute(planned: list[Planned], options: RunOptions, store: Store, *, kind: 
             # Whatever happened, what was computed is written.
             recorded.provenance = {**recorded.provenance,
                                    "devices": {str(w.device): w.info for w in engine.workers}}
+            recorded.warnings = [text for w in engine.workers for text in w.warnings]
             if own:
                 engine.close()
             if addendum:

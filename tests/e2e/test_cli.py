@@ -115,7 +115,7 @@ def test_absent_device_and_broken_kernel_module_are_per_case(tmp_path, golden_ca
     assert "half-built checkout" in res["k[kernel=brokenkern:rope_kv_write]"]["summary"]
     assert res["k[kernel=missingkern.ops:rope_kv_write]"]["outcome"] == "BUILD_ERROR"
 
-    npu = run_harness("run", str(cases), "-k", "reference", "--device", "npu:0", "--json", str(out),
+    npu = run_harness("run", str(cases), "-k", "reference", "--device", "npu:0", "--allow-absent-devices", "--json", str(out),
                       "--golden-cache", str(golden_cache_dir), "--log-dir", str(tmp_path / "logs3"), cwd=tmp_path)
     assert npu.returncode == 0
     (only,) = results_by_id(out).values()
