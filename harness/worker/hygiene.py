@@ -32,6 +32,7 @@ import operator
 import os
 import sys
 import threading
+import types
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -194,14 +195,30 @@ def _kept(old: dict[str, Any], new: dict[str, Any], *, closed: bool = False) -> 
         all(map(operator.is_, old.values(), itertools.islice(new.values(), n)))
 
 
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _torch_own(obj: Any) -> bool:
+    """Whether ``obj`` is defined in torch's own files: torch rebinds some of its names itself
+    on a lazy import (``torch._dynamo`` wraps ``torch.manual_seed``), and ``set_default_dtype``
+    rebinds ``torch.Storage``.  A function is placed by its code (a ``functools.wraps``
+    wrapper keeps its own), anything else by its module's file."""
+    code = getattr(obj, "__code__", None) or getattr(getattr(obj, "__func__", None), "__code__", None)
+    if code is not None:
+        return code.co_filename.startswith(_TORCH_DIR)
+    module = obj if isinstance(obj, types.ModuleType) else sys.modules.get(getattr(obj, "__module__", None) or "")
+    return (getattr(module, "__file__", None) or "").startswith(_TORCH_DIR)
+
+
 def _rebound(old: dict[str, Any], new: dict[str, Any], closed: bool) -> list[tuple[str, str]]:
-    """(name, "replaced" | "removed" | "added") for each name whose binding changed."""
+    """(name, "replaced" | "removed" | "added") for each name whose binding changed, torch's own
+    rebindings (``_torch_own``) left out."""
     if _kept(old, new, closed=closed):
         return []
-    out = [(name, "removed" if name not in new else "replaced")
-           for name, obj in old.items() if new.get(name, _GONE) is not obj]
+    out = [(name, "removed" if name not in new else "replaced") for name, obj in old.items()
+           if new.get(name, _GONE) is not obj and not (name in new and _torch_own(new[name]))]
     if closed:
-        out += [(name, "added") for name in new.keys() - old.keys()]
+        out += [(name, "added") for name in new.keys() - old.keys() if not _torch_own(new[name])]
     return out
 
 
