@@ -121,7 +121,10 @@ def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtyp
     except Exception as exc:   # a broken torch-npu install is an absent device, with the reason
         absent, info = f"{type(exc).__name__}: {exc}", {}
     if not absent:
-        warm_up(backend.torch_device(device))     # torch's own pools: not a kernel's leftovers
+        try:
+            warm_up(backend.torch_device(device))     # torch's own pools: not a kernel's leftovers
+        except Exception:      # a device that fails here fails the first case too, which classifies it
+            pass
     golden_cache = GoldenCache(golden_cache_dir or None)
     loader = KernelLoader()
     baselines = Baselines()
