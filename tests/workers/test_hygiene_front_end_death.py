@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, write_case_file
+from helpers import KERNELS_UNDER_TEST, ROOT, write_case_file
 
 FRONT_END = textwrap.dedent('''
     import sys
@@ -25,9 +25,9 @@ FRONT_END = textwrap.dedent('''
     from harness.run.pool import DeviceWorker, WorkerOptions
 
     if __name__ == "__main__":
-        worker = DeviceWorker(Device("cpu"), WorkerOptions(log_dir=Path(sys.argv[1]),
+        worker = DeviceWorker(Device("cpu"), WorkerOptions(log_dir=Path(sys.argv[1]), kernel_paths=(sys.argv[4],),
                                                            fork_cpu_workers=sys.argv[2] == "forked"))
-        case = Case(case_id="hang", matrix="t", source="test", op="rope_kv_write", kernel="hang",
+        case = Case(case_id="hang", matrix="t", source="test", op="rope_kv_write", kernel=sys.argv[3],
                     geometry=PRESETS["tiny"], seq_lens=SeqLens("multi_block"), slot_mode=SlotMode("arange"),
                     seed=3, timeout_s=600.0)
         worker.ensure({})
@@ -54,14 +54,18 @@ def _marked(marker: bytes) -> list[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("kernel", ["hang", "hostile.kernels:holds_the_gil_forever"], ids=["hang", "gil-held"])
 @pytest.mark.parametrize("start", ["forked", "spawned"])
-def test_kill_9_of_the_front_end_takes_every_process_of_the_run_with_it(tmp_path, start):
+def test_kill_9_of_the_front_end_takes_every_process_of_the_run_with_it(tmp_path, start, kernel):
+    """``hang`` sleeps in Python (the worker's watch thread runs); the other holds the GIL in
+    native code, so only the parent-death signal can end its worker."""
     marker = f"HARNESS_TEST_RUN={uuid.uuid4().hex}"
     script = tmp_path / "front_end.py"
     script.write_text(FRONT_END)
     env = {**os.environ, "HARNESS_TEST_RUN": marker.partition("=")[2],
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    front = subprocess.Popen([sys.executable, str(script), str(tmp_path / "logs"), start], env=env,
+    front = subprocess.Popen([sys.executable, str(script), str(tmp_path / "logs"), start, kernel,
+                              str(KERNELS_UNDER_TEST)], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert front.stdout.readline().strip() == "ready"

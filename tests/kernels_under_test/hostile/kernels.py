@@ -77,3 +77,10 @@ def writes_garbage(**args):
         except OSError:
             continue
     return out
+
+
+def holds_the_gil_forever(**args):
+    """Blocks in native code without releasing the GIL (``PyDLL`` keeps it): no Python thread of
+    the worker runs again, so only a signal the kernel needs no thread for can end the worker."""
+    import ctypes
+    ctypes.PyDLL(None).pause()
