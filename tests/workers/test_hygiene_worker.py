@@ -112,3 +112,10 @@ def _gone(pid: int, within_s: float) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_a_forged_reply_without_the_launchs_nonce_is_not_the_verdict(worker, tmp_path):
+    forged = run(worker, tmp_path, "forges_a_passing_reply", "forged")
+    assert forged.outcome is Outcome.CRASH, forged.summary
+    assert forged.summary == "worker protocol corrupted: a reply for case 'forged' with another launch's nonce"
+    assert run(worker, tmp_path, "reference", "after").outcome is Outcome.PASS

@@ -84,3 +84,21 @@ def holds_the_gil_forever(**args):
     the worker runs again, so only a signal the kernel needs no thread for can end the worker."""
     import ctypes
     ctypes.PyDLL(None).pause()
+
+
+def forges_a_passing_reply(**args):
+    """Writes a well-formed ``CaseReply`` (PASS, for case id ``forged``) into every socket it holds,
+    then raises: without the launch's nonce the forgery must not become the verdict."""
+    import socket
+    import stat
+    from multiprocessing.connection import Connection
+    from harness.outcomes import Outcome
+    from harness.worker import protocol
+    forged = protocol.CaseReply("forged", 0.0, outcome=Outcome.PASS, summary="forged")
+    for fd in range(3, 64):
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode) and socket.socket(fileno=os.dup(fd)).getpeername() is not None:
+                protocol.send(Connection(os.dup(fd)), forged)
+        except OSError:
+            continue
+    raise ValueError("the kernel failed after forging its reply")
