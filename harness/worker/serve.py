@@ -11,7 +11,7 @@ signal.
 
 The worker dies with the front end (``lifeline``): a thread waits for the front end's
 exit and then kills the worker's whole process group (the kernel's children too), and
-the kernel's parent-death signal (``PR_SET_PDEATHSIG``, Linux) kills the worker even when
+the worker's parent-death signal (``PR_SET_PDEATHSIG``, Linux) kills it even when
 that thread cannot run.
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ def _watch(front_end_pid: int) -> None:
 def lifeline(front_end_pid: int) -> None:
     """Die with the front end: its exit (even by SIGKILL) kills this worker and its process group.
 
-    The kernel's parent (the front end for a spawned worker, the zygote for a forked one)
+    The worker's parent (the front end for a spawned worker, the zygote for a forked one)
     also gets a parent-death signal where Linux has one: it needs no Python thread to run,
     so a kernel stuck in native code holding the GIL still dies with its parent.
     """
