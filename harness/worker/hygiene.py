@@ -32,6 +32,7 @@ import operator
 import os
 import sys
 import threading
+import time
 import types
 from dataclasses import dataclass, replace
 from typing import Any
@@ -147,16 +148,24 @@ def _process_name(pid: int) -> str:
         return "?"
 
 
-def snapshot() -> Snapshot:
+def _running() -> dict[str, frozenset[int]]:
+    """The threads and child processes running now (``Snapshot``'s last three fields)."""
     tasks = _tasks()
+    return dict(threads=frozenset(t.ident for t in threading.enumerate() if t.ident is not None),
+                native_threads=frozenset(int(t) for t in tasks), children=_children(tasks))
+
+
+def snapshot() -> Snapshot:
     return Snapshot(
         environ=dict(os.environ), cwd=os.getcwd(), torch=torch_state(),
         namespaces=tuple((name, dict(vars(obj))) for name, obj in NAMESPACES),
-        modules=dict(sys.modules),
-        threads=frozenset(t.ident for t in threading.enumerate() if t.ident is not None),
-        native_threads=frozenset(int(t) for t in tasks),
-        children=_children(tasks),
+        modules=dict(sys.modules), **_running(),
     )
+
+
+# A thread that was joined, or a child that was waited for, can still be listed for a moment
+# (join returns before the OS thread has exited): what looks left over is looked at again.
+_LEFTOVER_GRACE_S = 0.1
 
 
 def _short(value: Any) -> str:
@@ -304,7 +313,12 @@ def settle(before: Snapshot) -> Disturbance:
     after = snapshot()
     state = state_changes(before, after)
     findings = ([f"the kernel changed process state: {'; '.join(state)}"] if state else [])
-    findings += [f"the kernel left {what}" for what in leftovers(before, after)]
+    left = leftovers(before, after)
+    deadline = time.monotonic() + _LEFTOVER_GRACE_S
+    while left and time.monotonic() < deadline:
+        time.sleep(0.005)
+        left = leftovers(before, replace(after, **_running()))
+    findings += [f"the kernel left {what}" for what in left]
     return Disturbance(tuple(findings), tuple(restore(before, after, bool(state))))
 
 
