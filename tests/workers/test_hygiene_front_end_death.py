@@ -116,6 +116,6 @@ def test_sigterm_ends_a_run_as_ctrl_c_does_reports_written_and_stored_interrupte
         proc.kill()
     assert proc.returncode == 130, err
     results = {r["case_id"]: r["outcome"] for r in json.loads(out.read_text())["results"]}
-    assert results["sigterm[a]"] == "PASS" and "sigterm[c]" not in results, results
+    assert results == {"sigterm[a]": "PASS"}        # the interrupted case has no result: --resume runs it
     summary = json.loads(sqlite3.connect(store).execute("SELECT summary FROM runs").fetchone()[0])
     assert summary["interrupted"] is True
