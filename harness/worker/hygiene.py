@@ -20,8 +20,8 @@ window (its import and its launch) is bracketed by two snapshots:
 What is not flagged: a module imported for the first time (lazy imports are how torch
 and its libraries work; a module only matters when it replaces something the next case
 would use, and that is the namespace and ``sys.modules`` check), a new name added to a
-torch module (lazy submodules do that), threads and processes that ended before the
-launch returned.  torch's own pools (intra-op threads, a device runtime's threads) are
+torch module (lazy submodules do that), torch rebinding its own names (``_torch_own``),
+threads and processes that ended before the launch returned.  torch's own pools (intra-op threads, a device runtime's threads) are
 started by ``warm_up`` when the worker starts, so a correct kernel's first launch does
 not start them.  docs/architecture.md ("Trust model") says what this defends and what not.
 """
@@ -57,9 +57,6 @@ class TorchState:
     """torch's process-wide settings that a later case's math or speed depends on."""
 
     values: tuple[tuple[str, Any], ...]      # (name, value), in _TORCH_STATE order
-
-    def get(self, name: str) -> Any:
-        return dict(self.values)[name]
 
 
 def _default_device() -> Any:
