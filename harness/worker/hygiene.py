@@ -27,8 +27,6 @@ not start them.  docs/architecture.md ("Trust model") says what this defends and
 """
 from __future__ import annotations
 
-import itertools
-import operator
 import os
 import sys
 import threading
@@ -191,14 +189,15 @@ class Disturbance:
 
 
 def _kept(old: dict[str, Any], new: dict[str, Any], *, closed: bool = False) -> bool:
-    """Every name of ``old`` still bound to the very same object in ``new``; ``closed``: and no name
-    added.  The fast path (C-level iteration): dicts keep insertion order, and rebinding a
-    name keeps its place, so a prefix comparison decides it."""
-    n = len(old)
-    if len(new) < n or (closed and len(new) != n):
+    """Every name of ``old`` still bound to the same object in ``new``; ``closed``: and no name
+    added.  The fast path: a C-level subset test of the items (values compare by identity
+    first, so an unchanged namespace costs one lookup per name)."""
+    if closed and len(new) != len(old):
         return False
-    return list(itertools.islice(new, n)) == list(old) and \
-        all(map(operator.is_, old.values(), itertools.islice(new.values(), n)))
+    try:
+        return old.items() <= new.items()
+    except Exception:        # a value whose == raises (a tensor bound in place of a function)
+        return False
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
