@@ -1,4 +1,5 @@
-"""Ending a child process: SIGTERM, a grace period, then SIGKILL (native code may ignore SIGTERM)."""
+"""Ending a child process: SIGTERM, a grace period, then SIGKILL (native code may ignore SIGTERM);
+and whatever is left of its process group."""
 from __future__ import annotations
 
 import os
@@ -35,3 +36,13 @@ def terminate(proc, *, group: bool = False, grace_s: float = TERM_GRACE_S) -> No
         except subprocess.TimeoutExpired:
             continue
     proc.poll()
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL whatever is left in process group ``pgid`` (the processes a worker or a build started,
+    after its leader is gone); an empty group is fine."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return
+    trace.log.debug("process group %d: SIGKILL (what was left of it)", pgid)

@@ -103,6 +103,7 @@ class Engine:
             todo.put(p)
         results: dict[int, Result] = {}
         stop = threading.Event()
+        interrupted = threading.Event()     # what a case comes to once its worker is killed for it is not its result
         errors: list[BaseException] = []
 
         def drain(worker: DeviceWorker) -> None:
@@ -118,6 +119,8 @@ class Engine:
                         if on_start:
                             on_start(p, worker)
                     result = self._run_on(worker, p)
+                    if interrupted.is_set():
+                        return
                     with self._lock:
                         results[p.index] = result
                         if on_result:   # may return the result as recorded (e.g. with its ref set)
@@ -139,6 +142,7 @@ class Engine:
                 while t.is_alive():
                     t.join(timeout=0.2)
         except KeyboardInterrupt:
+            interrupted.set()
             stop.set()
             self.close()
             raise

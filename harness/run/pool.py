@@ -5,23 +5,30 @@ fresh (never forked after torch is imported) with its own environment, and
 spoken to over a socket pair with ``harness.worker.protocol`` messages.  This side owns
 time: a case that does not answer within ``timeout_s`` gets its Python stacks
 dumped, then SIGTERM, then SIGKILL, and the next case gets a fresh worker.
-A worker that dies mid-case yields ``CRASH`` with its signal; a sticky device
-fault replaces the worker before the next case.  Every message, start,
+A worker that dies mid-case yields ``CRASH`` with its signal (its death is seen on
+its pid, not on the pipe, which a child it forked may hold open); a reply that is
+not one, or not this launch's, is ``CRASH`` "worker protocol corrupted"; a sticky
+device fault, or a kernel that changed the process or left threads or processes
+behind (``CaseReply.replace_worker``), replaces the worker before the next case.
+A worker is stopped with its whole process group.  Every message, start,
 replacement and signal is traced (``harness.trace``, silent unless enabled).
 """
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import functools
 import importlib.metadata
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -33,7 +40,7 @@ from harness.devices import Device
 from harness.errors import HarnessError
 from harness.logs import LOG_CAP_BYTES, cap_log
 from harness.outcomes import Outcome, Result
-from harness.processes import TERM_GRACE_S, terminate
+from harness.processes import TERM_GRACE_S, kill_group, terminate
 from harness.worker import protocol
 
 
@@ -53,6 +60,8 @@ def _source_root() -> str | None:
 
 _STARTUP_ATTEMPTS = 3
 _STACK_DUMP_GRACE_S = 0.5
+_MESSAGE_S = 10.0           # a message whose first byte arrived is whole within this, or it is not one
+_DEATH_POLL_S = 0.1         # where a process has no sentinel to wait on
 
 
 @dataclass
@@ -123,12 +132,20 @@ def _zygote():
         return _zygote_context
 
 
+@functools.cache
+def _spawner() -> ThreadPoolExecutor:
+    """The one long-lived thread that starts spawned workers: a worker's parent-death signal
+    fires when the thread that started it ends, and the device threads end with each run."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-spawner")
+
+
 class _ForkedProc:
     """A forked worker (``multiprocessing.Process``) behind the part of ``Popen`` the pool uses."""
 
     def __init__(self, process):
         self._p = process
         self.pid = process.pid
+        self.sentinel = process.sentinel     # readable once the process has ended
 
     def poll(self) -> int | None:
         return self._p.exitcode
@@ -146,6 +163,13 @@ class _ForkedProc:
         self._p.kill()
 
 
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):      # not Linux, or Linux < 5.3: polled instead
+        return None
+
+
 @dataclass
 class _Process:
     """One started worker process and its end of the pipe."""
@@ -155,15 +179,33 @@ class _Process:
     env_key: tuple
     log_path: Path
     name: str                      # the owning DeviceWorker's, for the trace
+    sentinel: int | None = None    # readable once the process has ended (None: poll it)
+    own_sentinel: bool = False     # a pidfd this side opened, closed with the process
 
     def send(self, message: protocol.Message) -> None:
         size = protocol.send(self.conn, message)
         trace.log.debug("%s pid %d: sent %s (%d bytes)", self.name, self.proc.pid, message.brief(), size)
 
     def receive(self, *expected: type[protocol.M]) -> protocol.M:
-        message, size = protocol.receive(self.conn, *expected)
+        message, size = protocol.receive(self.conn, *expected, within_s=_MESSAGE_S)
         trace.log.debug("%s pid %d: received %s (%d bytes)", self.name, self.proc.pid, message.brief(), size)
         return message
+
+    def wait(self, timeout_s: float) -> bool:
+        """Until a message is there (True), the process has ended, or ``timeout_s`` (False).
+
+        Watches the process itself, not only the pipe: a child the kernel forked keeps
+        the pipe open after the worker's death, and no end-of-file ever comes.
+        """
+        deadline = time.monotonic() + timeout_s
+        waits = [self.conn] + ([self.sentinel] if self.sentinel is not None else [])
+        while True:
+            if self.conn.poll(0):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0 or self.proc.poll() is not None:
+                return False
+            multiprocessing.connection.wait(waits, left if self.sentinel is not None else min(left, _DEATH_POLL_S))
 
     def stop(self, force: bool = False) -> None:
         try:
@@ -173,9 +215,13 @@ class _Process:
                     self.proc.wait(timeout=TERM_GRACE_S)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
-            terminate(self.proc)
+            terminate(self.proc, group=True)
+            kill_group(self.proc.pid)      # what the kernel started: children, a forked child holding the pipe
         finally:
             self.conn.close()
+            if self.own_sentinel:
+                os.close(self.sentinel)
+                self.own_sentinel = False
 
 
 class DeviceWorker:
@@ -215,20 +261,22 @@ class DeviceWorker:
         parent_sock, child_sock = socket.socketpair()
         try:
             with open(log_path, "ab") as log_file:
-                proc = subprocess.Popen(
+                proc = _spawner().submit(
+                    subprocess.Popen,
                     [sys.executable, "-m", "harness.worker.serve", "--fd", str(child_sock.fileno()),
                      "--device", str(self.device), "--golden-cache", self.options.golden_cache,
-                     "--golden-dtype", self.options.golden_dtype],
+                     "--golden-dtype", self.options.golden_dtype, "--front-end-pid", str(os.getpid())],
                     pass_fds=(child_sock.fileno(),), env=worker_env(self.options, case_env),
                     stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                    start_new_session=True,      # Ctrl-C in the terminal reaches the front end only
-                )
+                    start_new_session=True,      # Ctrl-C reaches the front end only; killed as a group
+                ).result()
         finally:
             child_sock.close()
         key = _env_key(case_env)
         trace.log.debug("%s: spawned pid %d for %s (env %s, log %s)", self.name, proc.pid, self.device,
                         _env_text(key), log_path)
-        return _Process(proc, Connection(parent_sock.detach()), key, log_path, self.name)
+        pidfd = _pidfd(proc.pid)
+        return _Process(proc, Connection(parent_sock.detach()), key, log_path, self.name, pidfd, pidfd is not None)
 
     def _fork(self, case_env: dict[str, str], log_path: Path) -> _Process:
         from harness.worker.serve import forked_main
@@ -237,14 +285,15 @@ class DeviceWorker:
         process = ctx.Process(
             target=forked_main, name=f"harness-worker-{self.name}",
             args=(child_conn, str(self.device), self.options.golden_cache, self.options.golden_dtype,
-                  worker_env(self.options, case_env), str(log_path)),
+                  worker_env(self.options, case_env), str(log_path), os.getpid()),
         )
         process.start()
         child_conn.close()
         key = _env_key(case_env)
         trace.log.debug("%s: forked pid %d for %s from the zygote (env %s, log %s)", self.name, process.pid,
                         self.device, _env_text(key), log_path)
-        return _Process(_ForkedProc(process), parent_conn, key, log_path, self.name)
+        forked = _ForkedProc(process)
+        return _Process(forked, parent_conn, key, log_path, self.name, forked.sentinel)
 
     def _await_ready(self, process: _Process) -> None:
         if not process.conn.poll(self.options.startup_timeout_s):
@@ -255,7 +304,7 @@ class DeviceWorker:
                                    f"{self.options.startup_timeout_s:g}s (log: {process.log_path})")
         try:
             ready = process.receive(protocol.Ready)
-        except (EOFError, OSError):
+        except (EOFError, OSError, protocol.ProtocolError):
             trace.log.debug("%s pid %d: died while starting", self.name, process.proc.pid)
             process.stop(force=True)
             tail = read_log(process.log_path)[-2000:].strip()
@@ -321,15 +370,23 @@ class DeviceWorker:
             self._log_dirs.add(log_path.parent)
         started = time.perf_counter()          # the case's time, not the worker's start-up
         current = self.current
-        request = protocol.RunRequest(case, str(log_path), repeat, str(baseline) if baseline else None)
+        request = protocol.RunRequest(case, str(log_path), repeat, str(baseline) if baseline else None,
+                                      nonce=secrets.token_hex(8))
         try:
             current.send(request)
-            answered = current.conn.poll(case.timeout_s)
-            reply = current.receive(protocol.CaseReply) if answered else None
+            if not current.wait(case.timeout_s):
+                if current.proc.poll() is not None:
+                    return self._died(base, log_path, started)
+                return self._hung(case, base, log_path, started)
+            reply = current.receive(protocol.CaseReply)
         except (EOFError, OSError):
             return self._died(base, log_path, started)
-        if reply is None:
-            return self._hung(case, base, log_path, started)
+        except protocol.ProtocolError as exc:
+            return self._corrupted(str(exc), base, log_path, started)
+        if (reply.case_id, reply.nonce) != (case.case_id, request.nonce):
+            return self._corrupted(f"a reply for case {reply.case_id!r} with another launch's nonce"
+                                   if reply.case_id == case.case_id else
+                                   f"a reply for case {reply.case_id!r}", base, log_path, started)
         cap_log(log_path, self.options.max_log_bytes)
         self._watch_rss(current.proc.pid)
         return self._result(reply, base, log_path)
@@ -355,9 +412,12 @@ class DeviceWorker:
 
     def _result(self, reply: protocol.CaseReply, base: dict, log_path: Path) -> Result:
         failure = reply.failure
+        if reply.replace_worker:
+            self.replace(reply.replace_worker)
         if failure is None:
             return Result(outcome=reply.outcome, summary=reply.summary, report=reply.report,
-                          metrics=reply.metrics, duration_s=reply.duration_s, **base)
+                          metrics=reply.metrics, duration_s=reply.duration_s, sticky=bool(reply.replace_worker),
+                          **base)
         if failure.stage.harness_side:
             cls = Classification(Outcome.HARNESS_ERROR, None,
                                  f"harness failed in {failure.stage.value}: {failure.exc_type}: "
@@ -365,10 +425,19 @@ class DeviceWorker:
         else:
             cls = classify_exception(failure.stage.value, failure.exc_type, failure.message,
                                      failure.traceback, read_log(log_path), rules=self.options.rules)
-        if cls.sticky:
+        if cls.sticky and not reply.replace_worker:
             self.replace(f"sticky {cls.outcome.value}: {cls.summary}")
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary,
-                      report=failure.traceback, duration_s=reply.duration_s, sticky=cls.sticky,
+                      report=failure.traceback, duration_s=reply.duration_s,
+                      sticky=cls.sticky or bool(reply.replace_worker),
+                      metrics={**_fault_metrics(cls), **reply.metrics}, **base)
+
+    def _corrupted(self, detail: str, base: dict, log_path: Path, started: float) -> Result:
+        """Bytes in the pipe that are not this launch's reply (a kernel wrote into an inherited fd)."""
+        self.replace(f"worker protocol corrupted: {detail}")
+        cls = Classification(Outcome.CRASH, None, f"worker protocol corrupted: {detail}", True, "protocol")
+        return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
+                      report=read_log(log_path)[-4000:], duration_s=time.perf_counter() - started,
                       metrics=_fault_metrics(cls), **base)
 
     def _hung(self, case: Case, base: dict, log_path: Path, started: float) -> Result:

@@ -4,14 +4,18 @@
 records the run and its planned cases in the store before anything runs,
 writes each result the moment it exists (the store first), and whatever
 happens (an interrupt, a harness bug) finishes the run row and writes the
-requested files with every result computed so far.  ``recording`` is that
+requested files with every result computed so far.  SIGTERM interrupts a run as
+Ctrl-C does (``terminated_as_interrupt``), and an interrupted run's stored
+summary says ``interrupted``.  ``recording`` is that
 lifecycle of a run row (``begin`` ... finished with its summary) for any code that
 adds results itself (a ref whose build failed); ``resumed`` reads a stored run
 back for ``run --resume``.
 """
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -84,11 +88,36 @@ def recording(store: Store, planned: list[Planned], options: RunOptions, *, kind
     recorded = begin(store, [(p.case, p.repeat) for p in planned], devices=[str(d) for d in options.devices],
                      kernel_paths=options.worker.kernel_paths, kind=kind, command=command, parent_id=parent_id,
                      ref=ref, ref_sha=ref_sha, resumed_from=resumed_from, extra=extra)
+    interrupted = False
     try:
         yield recorded
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
-        store.finish_run(recorded.run_id, {**recorded.summary, **recorded.addendum.summary},
+        store.finish_run(recorded.run_id, {**recorded.summary, **recorded.addendum.summary,
+                                           **({"interrupted": True} if interrupted else {})},
                          provenance=recorded.provenance)
+
+
+@contextmanager
+def terminated_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI job cancelled, ``kill``) raises ``KeyboardInterrupt`` in the main thread, so the
+    run stops its workers, writes its reports and is stored as interrupted, as after Ctrl-C.
+    Only where the handler is the default one: a handler the caller installed is left alone."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def execute(planned: list[Planned], options: RunOptions, store: Store, *, kind: str = "run",
@@ -100,8 +129,9 @@ def execute(planned: list[Planned], options: RunOptions, store: Store, *, kind: 
             publish: Callable[[dict], Any] | None = None, addendum: Callable[[Recorded], Addendum] | None = None,
             engine: Engine | None = None) -> Recorded:
     """Run ``planned`` as one stored run and return it (also when interrupted: see module doc)."""
-    with recording(store, planned, options, kind=kind, command=command, parent_id=parent_id, ref=ref,
-                   ref_sha=ref_sha, resumed_from=resumed_from, extra=extra) as recorded:
+    with terminated_as_interrupt(), recording(
+            store, planned, options, kind=kind, command=command, parent_id=parent_id, ref=ref, ref_sha=ref_sha,
+            resumed_from=resumed_from, extra=extra) as recorded:
 
         def record(p: Planned, r: Result) -> Result:
             if ref is not None:

@@ -19,6 +19,7 @@ from harness.adapters import Adapted
 from harness.goldens.cache import GoldenCache
 from harness.worker import checks
 from harness.worker import determinism
+from harness.worker import hygiene
 from harness.worker import inputs
 from harness.case import Case
 from harness.devices import Backend, Device
@@ -74,22 +75,25 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
     """``baseline``: a file to compare every output and cache with bit for bit (fixed-seed
     flake hunts; the first iteration writes it), kept in ``baselines`` between cases."""
     t0 = time.perf_counter()
+    watch = hygiene.Watch()   # what the kernel leaves behind in this process (docs/architecture.md)
     try:
         ci = _stage(Stage.INPUTS, inputs.generate, case)
         t1 = time.perf_counter()
         goldens, hit = _stage(Stage.GOLDEN, golden_cache.get_or_compute, case.op, ci.spec, ci.args,
                               GOLDEN_DTYPES[golden_dtype])
         t2 = time.perf_counter()
-        kernel = _stage(Stage.IMPORT, loader.load, case.kernel, case.op)
-        torch_device = backend.torch_device(device)
-        try:
-            launched = launch(kernel, ci, torch_device, lambda: backend.synchronize(device))
-        except ContractError as exc:
-            raise StageError(Stage.CONTRACT, exc) from exc
-        except Exception as exc:
-            raise StageError(Stage.LAUNCH, exc) from exc
+        with watch:           # the kernel's window: its import and its launch
+            kernel = _stage(Stage.IMPORT, loader.load, case.kernel, case.op)
+            torch_device = backend.torch_device(device)
+            try:
+                launched = launch(kernel, ci, torch_device, lambda: backend.synchronize(device))
+            except ContractError as exc:
+                raise StageError(Stage.CONTRACT, exc) from exc
+            except Exception as exc:
+                raise StageError(Stage.LAUNCH, exc) from exc
         t3 = time.perf_counter()
-        found = _stage(Stage.CHECK, checks.run_checks, case, ci, goldens, launched)
+        found = hygiene.with_findings(_stage(Stage.CHECK, checks.run_checks, case, ci, goldens, launched),
+                                      watch.disturbed)
         bits = None
         if baseline:
             bits = _stage(Stage.DETERMINISM, determinism.diff_against_baseline,
@@ -99,12 +103,14 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
     except StageError as tagged:
         exc = tagged.exc
         failure = Failure(tagged.stage, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)))
-        return CaseReply(case.case_id, time.perf_counter() - t0, failure=failure)
+        return CaseReply(case.case_id, time.perf_counter() - t0, failure=failure,
+                         metrics=watch.disturbed.metrics(), replace_worker=watch.disturbed.replace_reason)
     timings = {"inputs_s": t1 - t0, "golden_s": t2 - t1, "launch_s": t3 - t2, "check_s": t4 - t3}
     metrics = {**found.metrics, "timings": timings, "golden_cache_hit": hit,
                "kernel": loader.origin(case.kernel, case.op),
                **({"determinism": bits} if bits is not None else {}),
                # what an adapted kernel copied, which the buffer checks cannot see (docs/adapters.md)
-               **({"adapter": kernel.last_call.to_metrics()} if isinstance(kernel, Adapted) else {})}
+               **({"adapter": kernel.last_call.to_metrics()} if isinstance(kernel, Adapted) else {}),
+               **watch.disturbed.metrics()}
     return CaseReply(case.case_id, time.perf_counter() - t0, outcome=found.outcome, summary=found.summary,
-                     report=found.report, metrics=metrics)
+                     report=found.report, metrics=metrics, replace_worker=watch.disturbed.replace_reason)

@@ -3,8 +3,12 @@
 Frozen records, each with a plain-data wire form (``to_wire``/``from_wire``) that
 names its message, and a one-line ``brief`` for the trace (never tensors or logs).
 A message travels as one pickled dict per ``send_bytes``, so each side knows its
-size.  The worker side imports only this, the case and the outcomes: nothing of
-the front end.
+size; it is read back with a size limit and a deadline, and unpickled as plain data
+only (no class is ever looked up), so bytes a kernel writes into the pipe make a
+``ProtocolError``, never a hang, a huge allocation or code run in the front end.
+Each ``RunRequest`` carries a nonce that its ``CaseReply`` echoes, so a shifted or
+stale reply is never taken for another case's.  The worker side imports only this,
+the case and the outcomes: nothing of the front end.
 
     front end                          worker
         <-------------- Ready   (once, after start-up)
@@ -15,7 +19,12 @@ the front end.
 from __future__ import annotations
 
 import enum
+import io
+import os
 import pickle
+import select
+import struct
+import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, ClassVar, TypeVar
@@ -70,15 +79,16 @@ class RunRequest:
     log: str
     repeat: int = 0
     baseline: str | None = None        # compare every buffer bit for bit with this file (determinism)
+    nonce: str = ""                    # echoed by the reply: matches it to this launch
 
     def to_wire(self) -> dict[str, Any]:
         return {"message": self.kind, "case": self.case.to_wire(), "log": self.log, "repeat": self.repeat,
-                "baseline": self.baseline}
+                "baseline": self.baseline, "nonce": self.nonce}
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> "RunRequest":
         return cls(case=Case.from_wire(data["case"]), log=data["log"], repeat=data["repeat"],
-                   baseline=data["baseline"])
+                   baseline=data["baseline"], nonce=data["nonce"])
 
     def brief(self) -> str:
         return f"run case={self.case.case_id} repeat={self.repeat}" + (" bitwise" if self.baseline else "")
@@ -127,11 +137,14 @@ class CaseReply:
     report: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
     failure: Failure | None = None
+    nonce: str = ""                    # the request's (serve sets it)
+    replace_worker: str = ""           # why the worker must not run another case ("" when it may)
 
     def to_wire(self) -> dict[str, Any]:
         failure = self.failure
         return {
             "message": self.kind, "case_id": self.case_id, "duration_s": self.duration_s,
+            "nonce": self.nonce, "replace_worker": self.replace_worker,
             "outcome": self.outcome.value if self.outcome else None,
             "summary": self.summary, "report": self.report, "metrics": self.metrics,
             "failure": None if failure is None else {
@@ -146,39 +159,98 @@ class CaseReply:
                    outcome=Outcome(data["outcome"]) if data["outcome"] else None,
                    summary=data["summary"], report=data["report"], metrics=data["metrics"],
                    failure=None if failure is None else Failure(
-                       Stage(failure["stage"]), failure["exc_type"], failure["message"], failure["traceback"]))
+                       Stage(failure["stage"]), failure["exc_type"], failure["message"], failure["traceback"]),
+                   nonce=data["nonce"], replace_worker=data["replace_worker"])
 
     def brief(self) -> str:
         if self.failure is not None:
             what = f"{self.failure.exc_type} in {self.failure.stage.value}"
         else:
             what = self.outcome.value
-        return f"reply case={self.case_id} {what} {self.duration_s:.3f}s"
+        return f"reply case={self.case_id} {what} {self.duration_s:.3f}s" + (
+            f" replace worker: {self.replace_worker}" if self.replace_worker else "")
 
 
 Message = Ready | RunRequest | Stop | CaseReply
 M = TypeVar("M", Ready, RunRequest, Stop, CaseReply)
 
 
+MAX_MESSAGE_BYTES = 256 << 20       # a reply is text and metrics: far larger is garbage in the pipe
+
+
 class ProtocolError(RuntimeError):
-    """A message of a kind the receiver was not waiting for (front end and worker out of step)."""
+    """A message that is not one: of a kind the receiver was not waiting for, not a plain-data
+    pickle, of an impossible size, or cut short (front end and worker out of step, or bytes
+    a kernel wrote into the pipe)."""
+
+
+class _PlainData(pickle.Unpickler):
+    """Unpickles dicts, lists, strings and numbers only: looking up any class or function is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
+
+
+def plain(value: Any) -> Any:
+    """``value`` as plain data, which is all the receiver unpickles: subclasses of str, int and
+    float (``torch.__version__``, enums, numpy scalars) as the base type; anything else as its text."""
+    if value is None or type(value) in (str, int, float, bool, bytes):
+        return value
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(map(plain, value)) if type(value) in (list, tuple) else list(map(plain, value))
+    for base in (bool, str, int, float):
+        if isinstance(value, base):
+            return base.__str__(value) if base is str else base(value)
+    if hasattr(value, "item"):        # numpy and torch scalars
+        return plain(value.item())
+    return str(value)
 
 
 def send(conn: Connection, message: Message) -> int:
     """Send ``message``; returns its size on the wire in bytes."""
-    data = pickle.dumps(message.to_wire(), protocol=pickle.HIGHEST_PROTOCOL)
+    data = pickle.dumps(plain(message.to_wire()), protocol=pickle.HIGHEST_PROTOCOL)
     conn.send_bytes(data)
     return len(data)
 
 
-def receive(conn: Connection, *expected: type[M]) -> tuple[M, int]:
+def _read(fd: int, n: int, deadline: float | None) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise ProtocolError(f"a message stopped short: {len(buf)} of {n} bytes")
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return bytes(buf)
+
+
+def receive(conn: Connection, *expected: type[M], within_s: float | None = None) -> tuple[M, int]:
     """The next message, which must be one of ``expected``, and its size in bytes.
 
-    Raises ``EOFError`` (or ``OSError``) when the other side is gone, as ``Connection.recv`` does.
+    Reads the framing of ``Connection.send_bytes`` itself (a 4-byte length, then the
+    data), so that ``within_s`` bounds the whole message once its first byte is there.
+    Raises ``EOFError`` (or ``OSError``) when the other side is gone, ``ProtocolError``
+    for anything that is not a message.
     """
-    data = conn.recv_bytes()
-    wire = pickle.loads(data)
-    for cls in expected:
-        if wire["message"] == cls.kind:
-            return cls.from_wire(wire), len(data)
-    raise ProtocolError(f"expected {' or '.join(c.kind for c in expected)}, got {wire['message']!r}")
+    deadline = None if within_s is None else time.monotonic() + within_s
+    fd = conn.fileno()
+    size, = struct.unpack("!i", _read(fd, 4, deadline))
+    if not 0 <= size <= MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"a message of impossible size {size}")
+    data = _read(fd, size, deadline)
+    try:
+        wire = _PlainData(io.BytesIO(data)).load()
+        kind = wire["message"]
+        for cls in expected:
+            if kind == cls.kind:
+                return cls.from_wire(wire), len(data)
+    except ProtocolError:
+        raise
+    except Exception as exc:      # garbage decodes to anything, or fails anywhere
+        raise ProtocolError(f"not a message ({type(exc).__name__}: {exc})"[:300]) from None
+    raise ProtocolError(f"expected {' or '.join(c.kind for c in expected)}, got {kind!r}")

@@ -8,15 +8,25 @@ kernels print there too), and is answered with a ``CaseReply``.  Python stacks o
 thread are dumped into the current log on
 SIGUSR1 (sent by the front end before it kills a hung case) and on a fatal
 signal.
+
+The worker dies with the front end (``lifeline``): a thread waits for the front end's
+exit and then kills the worker's whole process group (the kernel's children too), and
+the worker's parent-death signal (``PR_SET_PDEATHSIG``, Linux) kills it even when
+that thread cannot run.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import dataclasses
 import faulthandler
 import os
+import select
 import signal
 import sys
+import threading
+import time
 from multiprocessing.connection import Connection
 
 from harness.worker import protocol
@@ -42,6 +52,56 @@ def redirected_output(log_path: str):
             os.close(f)
 
 
+_PR_SET_PDEATHSIG = 1
+_PARENT_POLL_S = 0.25
+
+
+def _die_with_group() -> None:
+    # the worker leads its own process group (its own session): the kernel's children go with it
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _watch(front_end_pid: int) -> None:
+    try:
+        fd = os.pidfd_open(front_end_pid)
+    except ProcessLookupError:
+        _die_with_group()
+    except (AttributeError, OSError):         # no pidfd (not Linux, Linux < 5.3): poll the pid
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])
+    else:
+        while True:
+            try:
+                os.kill(front_end_pid, 0)
+            except ProcessLookupError:
+                break
+            except PermissionError:
+                pass
+            time.sleep(_PARENT_POLL_S)
+    _die_with_group()
+
+
+def lifeline(front_end_pid: int) -> None:
+    """Die with the front end: its exit (even by SIGKILL) kills this worker and its process group.
+
+    The worker's parent (the front end for a spawned worker, the zygote for a forked one)
+    also gets a parent-death signal where Linux has one: it needs no Python thread to run,
+    so a kernel stuck in native code holding the GIL still dies with its parent.
+    """
+    if sys.platform.startswith("linux"):
+        parent = os.getppid()
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+        if os.getppid() != parent:           # the parent died before the signal was armed
+            _die_with_group()
+    threading.Thread(target=_watch, args=(front_end_pid,), name="harness-lifeline", daemon=True).start()
+
+
 def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtype: str) -> int:
     """The message loop: announce readiness, then run cases until ``Stop`` or the pipe closes."""
     faulthandler.enable(all_threads=True)           # fatal signals: stacks to fd 2 (the case log)
@@ -51,6 +111,7 @@ def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtyp
     from harness.devices import backend as backend_for, parse_device
     from harness.worker.determinism import Baselines
     from harness.worker.execute import KernelLoader, execute_case
+    from harness.worker.hygiene import warm_up
 
     device = parse_device(device_text)
     backend = backend_for(device)
@@ -59,6 +120,11 @@ def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtyp
         info = {} if absent else backend.describe(device)
     except Exception as exc:   # a broken torch-npu install is an absent device, with the reason
         absent, info = f"{type(exc).__name__}: {exc}", {}
+    if not absent:
+        try:
+            warm_up(backend.torch_device(device))     # torch's own pools: not a kernel's leftovers
+        except Exception:      # a device that fails here fails the first case too, which classifies it
+            pass
     golden_cache = GoldenCache(golden_cache_dir or None)
     loader = KernelLoader()
     baselines = Baselines()
@@ -74,17 +140,31 @@ def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtyp
         with redirected_output(request.log):
             reply = execute_case(request.case, device, backend, golden_cache, loader, golden_dtype,
                                  repeat=request.repeat, baseline=request.baseline, baselines=baselines)
-        protocol.send(conn, reply)
+        protocol.send(conn, dataclasses.replace(reply, nonce=request.nonce))
+
+
+def _release_zygote() -> None:
+    # multiprocessing hands every forked child the zygote's "clients alive" pipe; while a
+    # worker holds it the zygote outlives the front end, and so the worker (its child)
+    # never gets its parent-death signal.  The worker starts no process through the zygote.
+    from multiprocessing import forkserver
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        os.close(fd)
+        server._forkserver_alive_fd = None
 
 
 def forked_main(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtype: str,
-                env: dict[str, str], log_path: str) -> None:
+                env: dict[str, str], log_path: str, front_end_pid: int) -> None:
     """Entry point of a worker forked from the CPU zygote (``pool.ZYGOTE_PRELOAD`` imported, nothing run).
 
     Takes on what a spawned worker gets from its command line and environment: its own
-    session, its log as stdout/stderr, the run's environment and PYTHONPATH.
+    session, its log as stdout/stderr, the run's environment and PYTHONPATH, its lifeline.
     """
     os.setsid()
+    _release_zygote()
+    lifeline(front_end_pid)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -103,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", required=True)
     parser.add_argument("--golden-cache", default="")
     parser.add_argument("--golden-dtype", default="fp32")
+    parser.add_argument("--front-end-pid", type=int, required=True)
     args = parser.parse_args(argv)
+    lifeline(args.front_end_pid)
     return serve(Connection(args.fd), args.device, args.golden_cache, args.golden_dtype)
 
 

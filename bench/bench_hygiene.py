@@ -1,0 +1,75 @@
+"""What the warm worker's hygiene costs per case, piece by piece (harness/worker/hygiene.py).
+
+    python bench/bench_hygiene.py [--n 2000]
+
+Times, in this process after ``warm_up``: each part of a snapshot, a whole snapshot, the
+comparison and restore of an unchanged window (``settle``, which takes the second
+snapshot), the ``Watch`` a case pays (both), and the reply's conversion to plain data
+(``protocol.plain``) for a typical passing case's metrics.  Prints microseconds per call
+(median of 5 rounds).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from dataclasses import replace
+
+import torch
+
+from harness.case import PRESETS, Case, SeqLens, SlotMode
+from harness.devices import Device, backend
+from harness.goldens.cache import GoldenCache
+from harness.worker import hygiene, protocol
+from harness.worker.execute import KernelLoader, execute_case
+
+
+def per_call_us(fn, n: int) -> float:
+    rounds = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        rounds.append((time.perf_counter() - start) / n * 1e6)
+    return statistics.median(rounds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=2000)
+    n = parser.parse_args().n
+    hygiene.warm_up(torch.device("cpu"))
+    case = Case(case_id="bench", matrix="bench", source="bench", op="fused_rope_decode_attention",
+                kernel="reference", geometry=replace(PRESETS["tiny"], batch=4), seq_lens=SeqLens("multi_block"),
+                slot_mode=SlotMode("arange"), seed=0)
+    device = Device("cpu")
+    reply = execute_case(case, device, backend(device), GoldenCache(None), KernelLoader())
+    before = hygiene.snapshot()
+
+    def watch() -> None:
+        with hygiene.Watch():
+            pass
+
+    pieces = [
+        ("environment copy", lambda: dict(os.environ)),
+        ("torch settings", hygiene.torch_state),
+        ("torch namespaces", lambda: [dict(vars(o)) for _, o in hygiene.NAMESPACES]),
+        ("sys.modules copy", lambda: dict(sys.modules)),
+        ("python threads", lambda: [t.ident for t in threading.enumerate()]),
+        ("native threads + children (/proc)", lambda: hygiene._children(hygiene._tasks())),
+        ("snapshot (all of the above)", hygiene.snapshot),
+        ("settle (snapshot + compare)", lambda: hygiene.settle(before)),
+        ("Watch: one case's window", watch),
+        ("protocol.plain(reply)", lambda: protocol.plain(reply.to_wire())),
+    ]
+    print(f"{len(sys.modules)} modules, {sum(len(vars(o)) for _, o in hygiene.NAMESPACES)} names watched, "
+          f"{len(hygiene._tasks())} threads; median of 5 rounds of {n}")
+    for name, fn in pieces:
+        print(f"{name:36s} {per_call_us(fn, n):8.1f} us")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,352 @@
+"""What a kernel leaves behind in the warm worker, found and undone before the next case.
+
+Cases share one worker process, so whatever a kernel changes in it outlives its case: an
+``os.environ`` entry, the working directory, torch's default dtype or flags, a patched
+torch function, a thread still printing, a child process still running.  The kernel's
+window (its import and its launch) is bracketed by two snapshots:
+
+- the environment and the working directory are put back after every case (no finding:
+  a kernel may set a variable for itself);
+- torch's process state (default dtype and device, grad and inference mode,
+  deterministic, anomaly, TF32 and matmul-precision flags, thread counts), the identity
+  of every existing name in the torch namespaces of ``NAMESPACES``, and every entry
+  already in ``sys.modules``: a change is a ``CONTRACT`` finding ("the kernel changed
+  process state: torch default dtype float32 → float64"), the state is put back for the
+  case's own checks, and the worker is replaced before the next case;
+- threads (Python and native) and child processes started in the window and still
+  running after it: a ``CONTRACT`` finding, and the worker is replaced (its whole process
+  group is killed), so nothing they print or hold reaches another case.
+
+What is not flagged: a module imported for the first time (lazy imports are how torch
+and its libraries work; a module only matters when it replaces something the next case
+would use, and that is the namespace and ``sys.modules`` check), a new name added to a
+torch module (lazy submodules do that), torch rebinding its own names (``_torch_own``),
+threads and processes that ended before the launch returned.  torch's own pools (intra-op threads, a device runtime's threads) are
+started by ``warm_up`` when the worker starts, so a correct kernel's first launch does
+not start them.  docs/architecture.md ("Trust model") says what this defends and what not.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import types
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from harness.outcomes import CHECK_PRECEDENCE, Outcome
+from harness.worker.checks import Finding, Findings
+
+# The namespaces whose existing names a kernel may not rebind.  Classes are checked for
+# added names too (``torch.Tensor.rsqrt = f`` adds a name that shadows an inherited one).
+NAMESPACES: tuple[tuple[str, Any], ...] = (
+    ("torch", torch), ("torch.nn.functional", torch.nn.functional), ("torch.linalg", torch.linalg),
+    ("torch.special", torch.special), ("torch.fft", torch.fft), ("torch.Tensor", torch.Tensor),
+    ("torch._C.TensorBase", torch._C.TensorBase),
+)
+_BY_NAME = dict(NAMESPACES)
+
+
+@dataclass(frozen=True)
+class TorchState:
+    """torch's process-wide settings that a later case's math or speed depends on."""
+
+    values: tuple[tuple[str, Any], ...]      # (name, value), in _TORCH_STATE order
+
+
+def _default_device() -> Any:
+    return torch.get_default_device() if hasattr(torch, "get_default_device") else None
+
+
+def _set_default_device(device: Any) -> None:
+    if hasattr(torch, "set_default_device"):
+        torch.set_default_device(None if device == torch.device("cpu") else device)
+
+
+# name -> (read, restore); the name is what a finding says.
+_TORCH_STATE: dict[str, tuple[Any, Any]] = {
+    "default dtype": (torch.get_default_dtype, torch.set_default_dtype),
+    "default device": (_default_device, _set_default_device),
+    "grad mode": (torch.is_grad_enabled, torch.set_grad_enabled),
+    "inference mode": (torch.is_inference_mode_enabled, None),     # a context manager: cannot be left on
+    "deterministic algorithms": (
+        lambda: (torch.are_deterministic_algorithms_enabled(),
+                 torch.is_deterministic_algorithms_warn_only_enabled()),
+        lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1])),
+    "anomaly detection": (torch.is_anomaly_enabled, torch.set_anomaly_enabled),
+    "TF32 matmul": (lambda: torch.backends.cuda.matmul.allow_tf32,
+                    lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
+    "TF32 cuDNN": (lambda: torch.backends.cudnn.allow_tf32,
+                   lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)),
+    "cuDNN benchmark": (lambda: torch.backends.cudnn.benchmark,
+                        lambda v: setattr(torch.backends.cudnn, "benchmark", v)),
+    "cuDNN deterministic": (lambda: torch.backends.cudnn.deterministic,
+                            lambda v: setattr(torch.backends.cudnn, "deterministic", v)),
+    "float32 matmul precision": (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+    "intra-op threads": (torch.get_num_threads, torch.set_num_threads),
+}
+
+
+def torch_state() -> TorchState:
+    return TorchState(tuple((name, read()) for name, (read, _) in _TORCH_STATE.items()))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The worker's process state at one moment (cheap: dict copies and a few /proc reads)."""
+
+    environ: dict[str, str]
+    cwd: str
+    torch: TorchState
+    namespaces: tuple[tuple[str, dict[str, Any]], ...]
+    modules: dict[str, Any]
+    threads: frozenset[int]              # Python threads' idents
+    native_threads: frozenset[int]       # every thread of the process (tids), where /proc has them
+    children: frozenset[int]             # running child processes (pids), where /proc has them
+
+
+def _tasks() -> list[str]:
+    try:
+        return os.listdir("/proc/self/task")
+    except OSError:                       # no /proc (macOS): native threads and children are not seen
+        return []
+
+
+def _children(tasks: list[str]) -> frozenset[int]:
+    pids: set[int] = set()
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return frozenset(p for p in pids if _process_state(p) not in ("Z", "X", ""))
+
+
+def _process_state(pid: int) -> str:
+    """One letter from /proc/PID/stat (Z: a zombie, ended but not reaped); "" when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _process_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80] or "?"
+    except OSError:
+        return "?"
+
+
+def _running() -> dict[str, frozenset[int]]:
+    """The threads and child processes running now (``Snapshot``'s last three fields)."""
+    tasks = _tasks()
+    return dict(threads=frozenset(t.ident for t in threading.enumerate() if t.ident is not None),
+                native_threads=frozenset(int(t) for t in tasks), children=_children(tasks))
+
+
+def snapshot() -> Snapshot:
+    return Snapshot(
+        environ=dict(os.environ), cwd=os.getcwd(), torch=torch_state(),
+        namespaces=tuple((name, dict(vars(obj))) for name, obj in NAMESPACES),
+        modules=dict(sys.modules), **_running(),
+    )
+
+
+# A thread that was joined, or a child that was waited for, can still be listed for a moment
+# (join returns before the OS thread has exited): what looks left over is looked at again.
+_LEFTOVER_GRACE_S = 0.1
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Disturbance:
+    """What a kernel's window left behind: findings (the worker must go) and what was put back."""
+
+    findings: tuple[str, ...] = ()       # one line each: "torch default dtype float32 → float64"
+    restored: tuple[str, ...] = ()       # environment variables and the cwd, put back (no finding)
+
+    def metrics(self) -> dict[str, Any]:
+        """The case's ``metrics["hygiene"]``, only when there is something to say."""
+        if not (self.findings or self.restored):
+            return {}
+        return {"hygiene": {"findings": list(self.findings), "restored": list(self.restored)}}
+
+    @property
+    def replace_reason(self) -> str:
+        """Why the worker must be replaced before the next case; "" when it need not."""
+        return "; ".join(self.findings)
+
+
+def _kept(old: dict[str, Any], new: dict[str, Any], *, closed: bool = False) -> bool:
+    """Every name of ``old`` still bound to the same object in ``new``; ``closed``: and no name
+    added.  The fast path: a C-level subset test of the items (values compare by identity
+    first, so an unchanged namespace costs one lookup per name)."""
+    if closed and len(new) != len(old):
+        return False
+    try:
+        return old.items() <= new.items()
+    except Exception:        # a value whose == raises (a tensor bound in place of a function)
+        return False
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _torch_own(obj: Any) -> bool:
+    """Whether ``obj`` is defined in torch's own files: torch rebinds some of its names itself
+    on a lazy import (``torch._dynamo`` wraps ``torch.manual_seed``), and ``set_default_dtype``
+    rebinds ``torch.Storage``.  A function is placed by its code (a ``functools.wraps``
+    wrapper keeps its own), anything else by its module's file."""
+    code = getattr(obj, "__code__", None) or getattr(getattr(obj, "__func__", None), "__code__", None)
+    if code is not None:
+        return code.co_filename.startswith(_TORCH_DIR)
+    module = obj if isinstance(obj, types.ModuleType) else sys.modules.get(getattr(obj, "__module__", None) or "")
+    return (getattr(module, "__file__", None) or "").startswith(_TORCH_DIR)
+
+
+def _rebound(old: dict[str, Any], new: dict[str, Any], closed: bool) -> list[tuple[str, str]]:
+    """(name, "replaced" | "removed" | "added") for each name whose binding changed, torch's own
+    rebindings (``_torch_own``) left out."""
+    if _kept(old, new, closed=closed):
+        return []
+    out = [(name, "removed" if name not in new else "replaced") for name, obj in old.items()
+           if new.get(name, _GONE) is not obj and not (name in new and _torch_own(new[name]))]
+    if closed:
+        out += [(name, "added") for name in new.keys() - old.keys() if not _torch_own(new[name])]
+    return out
+
+
+_GONE = object()
+
+
+def state_changes(before: Snapshot, after: Snapshot) -> list[str]:
+    """torch's settings, rebound names in the torch namespaces, replaced or removed modules."""
+    out = [f"torch {name} {_short(a)} → {_short(b)}"
+           for (name, a), (_, b) in zip(before.torch.values, after.torch.values) if a != b]
+    for (ns, old), (_, new) in zip(before.namespaces, after.namespaces):
+        out += [f"{ns}.{name} {how}" for name, how in _rebound(old, new, isinstance(_BY_NAME[ns], type))]
+    out += [f"sys.modules[{name!r}] {how}" for name, how in _rebound(before.modules, after.modules, False)]
+    return out
+
+
+def leftovers(before: Snapshot, after: Snapshot) -> list[str]:
+    """Threads and child processes started in the window and still running after it."""
+    out = []
+    python = {t.ident: t for t in threading.enumerate()}
+    new = [python[i] for i in after.threads - before.threads if i in python and python[i].is_alive()]
+    if new:
+        out.append(f"{len(new)} thread(s) still running: " + ", ".join(sorted(t.name for t in new)))
+    known = {t.native_id for t in python.values()}
+    native = sorted(after.native_threads - before.native_threads - known)
+    if native:
+        out.append(f"{len(native)} native thread(s) still running: tid " + ", ".join(map(str, native)))
+    procs = sorted(after.children - before.children)
+    if procs:
+        out.append(f"{len(procs)} child process(es) still running: "
+                   + ", ".join(f"pid {p} ({_process_name(p)})" for p in procs))
+    return out
+
+
+def restore(before: Snapshot, after: Snapshot, state_changed: bool = True) -> list[str]:
+    """Put the environment, the cwd, torch's settings, rebound names and modules back as
+    ``before`` had them (the last three only with ``state_changed``, which ``state_changes``
+    decides); returns the environment variables and cwd it put back."""
+    put_back = []
+    if after.environ != before.environ:
+        changed = sorted(k for k in before.environ.keys() | after.environ.keys()
+                         if before.environ.get(k) != after.environ.get(k))
+        os.environ.clear()
+        os.environ.update(before.environ)
+        put_back += [f"environment variable {k}" for k in changed]
+    if after.cwd != before.cwd:
+        os.chdir(before.cwd)
+        put_back.append(f"working directory {after.cwd}")
+    if not state_changed:
+        return put_back
+    for (name, old), (_, new) in zip(before.torch.values, after.torch.values):
+        setter = _TORCH_STATE[name][1]
+        if old != new and setter is not None:
+            setter(old)
+    for (ns, old), (_, new) in zip(before.namespaces, after.namespaces):
+        target = _BY_NAME[ns]
+        for name, how in _rebound(old, new, isinstance(target, type)):
+            if how == "added":
+                _delete(target, name)
+            else:
+                _set(target, name, old[name])
+    for name, _ in _rebound(before.modules, after.modules, False):
+        sys.modules[name] = before.modules[name]
+    return put_back
+
+
+def _set(target: Any, name: str, value: Any) -> None:
+    try:
+        setattr(target, name, value)
+    except (AttributeError, TypeError):     # a read-only slot of a C type: it cannot have changed either
+        pass
+
+
+def _delete(target: Any, name: str) -> None:
+    try:
+        delattr(target, name)
+    except (AttributeError, TypeError):
+        pass
+
+
+def settle(before: Snapshot) -> Disturbance:
+    """After the kernel's window: what it left behind, with everything that can be put back put back."""
+    after = snapshot()
+    state = state_changes(before, after)
+    findings = ([f"the kernel changed process state: {'; '.join(state)}"] if state else [])
+    left = leftovers(before, after)
+    deadline = time.monotonic() + _LEFTOVER_GRACE_S
+    while left and time.monotonic() < deadline:
+        time.sleep(0.005)
+        left = leftovers(before, replace(after, **_running()))
+    findings += [f"the kernel left {what}" for what in left]
+    return Disturbance(tuple(findings), tuple(restore(before, after, bool(state))))
+
+
+def with_findings(found: Findings, disturbed: Disturbance) -> Findings:
+    """The checks' findings with one ``CONTRACT`` finding per disturbance, by precedence."""
+    if not disturbed.findings:
+        return found
+    items = sorted([*found.items, *(Finding(Outcome.CONTRACT, f) for f in disturbed.findings)],
+                   key=lambda f: CHECK_PRECEDENCE.index(f.outcome))
+    return replace(found, outcome=items[0].outcome, items=tuple(items))
+
+
+class Watch:
+    """The kernel's window in ``execute_case``: ``with watch:`` around its import and launch;
+    ``disturbed`` afterwards (empty when the window never opened)."""
+
+    def __init__(self) -> None:
+        self._before: Snapshot | None = None
+        self.disturbed = Disturbance()
+
+    def __enter__(self) -> "Watch":
+        self._before = snapshot()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.disturbed = settle(self._before)
+
+
+def warm_up(device: torch.device) -> None:
+    """Start torch's own pools before the first case, so they are not a kernel's leftovers:
+    the intra-op thread pool (a parallel reduction above its grain size) and, on an
+    accelerator, the runtime's context and threads."""
+    torch.ones(1 << 17).sum()
+    if device.type != "cpu":
+        torch.ones(1, device=device).sum().item()
