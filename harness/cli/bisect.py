@@ -2,12 +2,9 @@
 (one verdict for ``git bisect run``)."""
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
-import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,7 +26,7 @@ from harness.refs.git import open_repo
 from harness.refs.runner import PreparedRef, RefRunner
 from harness.reports.bisect_text import render_bisect
 from harness.run.options import kernel_paths, repo_state_dir
-from harness.run.session import execute
+from harness.run.session import Terminated, execute, terminated_as_interrupt
 from harness.reports.writers import write_outputs
 from harness.store import Store
 
@@ -37,28 +34,6 @@ from harness.store import Store
 GIT_GOOD, GIT_BAD, GIT_SKIP = 0, 1, 125
 # The shell's codes for a process ended by SIGINT and SIGTERM.
 EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread: the bisect stops as on Ctrl-C (workers and builds ended,
-    the state as saved after the last finished step)."""
-
-
-@contextlib.contextmanager
-def _sigterm_stops() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():     # only the main thread gets signals
-        yield
-        return
-
-    def stop(signum, frame):
-        signal.signal(signal.SIGTERM, previous)      # a second SIGTERM ends the process at once
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def cmd_bisect(args) -> int:
@@ -80,7 +55,7 @@ def cmd_bisect(args) -> int:
         refs.parse_ref_arg(args.bad)
     signature = Signature.parse(args.signature) if args.signature else None
     started: list[str] = []                     # the bisect's id, once it is in the store
-    with open_store(args) as store, _sigterm_stops():
+    with open_store(args) as store, terminated_as_interrupt():
         try:
             return _bisect(args, signature, store, started)
         except KeyboardInterrupt as stop:

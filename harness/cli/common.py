@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import signal
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -151,19 +150,6 @@ def note_outputs(reporter: Reporter, args, run_id: str, store: Store) -> None:
             reporter.note(f"wrote {path}")
     if not args.no_store:
         reporter.note(f"run {run_id} stored in {store.path}")
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a CI job cancelled, ``kill``) ends the block as Ctrl-C does, with a KeyboardInterrupt,
-    so that what finished is written and the resume command is printed, instead of dying at once."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 # Flags that say how to run or what to write, not what runs: a resumed run takes them again.

@@ -7,9 +7,10 @@ import sys
 
 from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, env_line, load_cases,
                                 no_kernel_on_resume, open_store, outputs, plain, ref_setup, resume_command,
-                                session_golden_cache, sigterm_as_interrupt)
+                                session_golden_cache)
 from harness.devices import parse_device
 from harness.errors import UsageError
+from harness.run.session import terminated_as_interrupt
 from harness.refs import compare as refcompare
 from harness import refs
 from harness.refs.runner import RefRunner
@@ -91,7 +92,7 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
 
         done = refcompare.compared(store, parent, plan)
         try:
-            with sigterm_as_interrupt():
+            with terminated_as_interrupt():
                 refcompare.run_compare(runner, store, plan, commits, done, command=sys.argv, announce=announce,
                                        reporter=reporter)
         except KeyboardInterrupt:

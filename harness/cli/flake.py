@@ -11,7 +11,7 @@ from pathlib import Path
 from harness import refs
 from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, engine_options, env_line, load_cases,
                                 no_kernel_on_resume, note_outputs, open_store, plain, publisher, ref_setup,
-                                resume_command, session_golden_cache, sigterm_as_interrupt, store_path)
+                                resume_command, session_golden_cache, store_path)
 from harness.devices import Device, parse_device
 from harness.errors import UsageError
 from harness.formats import printable
@@ -26,7 +26,7 @@ from harness.reports.flake_text import change_line, iteration_line, summary_line
 from harness.reports.terminal import Reporter
 from harness.run.engine import Planned
 from harness.run.options import ResumeOptions, kernel_paths
-from harness.run.session import Addendum, Recorded, document, execute
+from harness.run.session import Addendum, Recorded, document, execute, terminated_as_interrupt
 from harness.store import Store
 
 
@@ -149,7 +149,7 @@ def _flake(args, options: HuntOptions | None, store: Store) -> int:
                       on_start=lambda p, w: reporter.started(f"{p.case.case_id} iter {p.repeat}", str(w.device)),
                       on_result=on_result, should_run=rules.should_run, addendum=addendum)
         try:
-            with sigterm_as_interrupt(), reporter, \
+            with terminated_as_interrupt(), reporter, \
                     (RefRunner(hunt.setup, run, store) if hunt.setup else contextlib.nullcontext()) as runner:
                 try:
                     if runner is None:

@@ -100,18 +100,24 @@ def recording(store: Store, planned: list[Planned], options: RunOptions, *, kind
                          provenance=recorded.provenance)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread: what runs stops as after Ctrl-C (a front end may exit 143)."""
+
+
 @contextmanager
 def terminated_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a CI job cancelled, ``kill``) raises ``KeyboardInterrupt`` in the main thread, so the
-    run stops its workers, writes its reports and is stored as interrupted, as after Ctrl-C.
-    Only where the handler is the default one: a handler the caller installed is left alone."""
+    """SIGTERM (a CI job cancelled, ``kill``) raises ``Terminated`` in the main thread, so the
+    run stops its workers, writes its reports and is stored as interrupted, as after Ctrl-C; a
+    second SIGTERM ends the process at once.  Only where the handler is the default one: a
+    handler the caller installed (an outer block of this) is left alone."""
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         yield
         return
 
     def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated(f"signal {signal.Signals(signum).name}")
 
     signal.signal(signal.SIGTERM, interrupt)
     try:
