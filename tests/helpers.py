@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -27,3 +28,13 @@ def run_harness(*args: str, cwd: Path, timeout: float = 300, env: dict | None = 
 
 def results_by_id(json_path: Path) -> dict[str, dict]:
     return {r["case_id"]: r for r in json.loads(json_path.read_text())["results"]}
+
+
+def finished_bisect_steps(store: Path) -> int:
+    """Bisect steps the store has finished (0 while it does not exist yet): how far a bisect got."""
+    try:
+        with sqlite3.connect(store) as conn:
+            return conn.execute("SELECT COUNT(*) FROM runs WHERE kind = 'bisect-step' AND finished IS NOT NULL"
+                                ).fetchone()[0]
+    except sqlite3.Error:
+        return 0

@@ -115,11 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_execution(p_flake)
     p_flake.add_argument("--repeat", type=positive_int("--repeat", MAX_REPEAT), default=None,
                          help="iterations per case (default 20; with --until-fail, the cap, default 1000)")
-    p_flake.add_argument("--seeds", choices=SEED_MODES, default=None,
-                         help="fixed (default): identical inputs every iteration, outputs compared bit for bit "
-                              "across iterations; fresh: a new recorded seed per iteration")
-    p_flake.add_argument("--hunt-seed", type=seed("--hunt-seed"), default=None,
-                         help="fresh seeds derive from this (default: random, printed and stored)")
+    _add_seeds(p_flake, fixed="identical inputs every iteration, outputs compared bit for bit across iterations",
+               fresh="a new recorded seed per iteration")
     p_flake.add_argument("--until-fail", action="store_true", help="stop a case at its first failure")
     p_flake.add_argument("--stop-after", type=positive_int("--stop-after"), default=None, metavar="K",
                          help="stop a case after K failures")
@@ -150,11 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "baseline, the last the candidate")
     p_cmp.add_argument("--repeat", type=positive_int("--repeat", MAX_REPEAT), default=None,
                        help="runs per case per ref (default 5)")
-    p_cmp.add_argument("--seeds", choices=SEED_MODES, default=None,
-                       help="fixed (default): each case's own seed every repeat; fresh: a new recorded seed per "
-                            "repeat, the same on every ref (paired)")
-    p_cmp.add_argument("--hunt-seed", type=seed("--hunt-seed"), default=None,
-                       help="with --seeds fresh, the seeds derive from this (default: random, printed and stored)")
+    _add_seeds(p_cmp, fixed="each case's own seed every repeat",
+               fresh="a new recorded seed per repeat, the same on every ref (paired)")
     p_cmp.add_argument("--resume", default=None, metavar="COMPARE_ID",
                        help="continue a stored compare: only the repeats no ref has a result for run (its refs, "
                             "cases, repeats and seeds come from the store); the table covers the whole compare")
@@ -221,6 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="newest N entries (default 50; a bisect or compare is one entry with its steps)")
     _add_store(p_hist)
     return parser
+
+
+def _add_seeds(p: argparse.ArgumentParser, *, fixed: str, fresh: str) -> None:
+    # Default None, not "fixed": --resume refuses a --seeds the user gave, and must tell it from the default.
+    p.add_argument("--seeds", choices=SEED_MODES, default=None, help=f"fixed (default): {fixed}; fresh: {fresh}")
+    p.add_argument("--hunt-seed", type=seed("--hunt-seed"), default=None,
+                   help="with --seeds fresh, the seeds derive from this (default: random, printed and stored)")
 
 
 def _add_refs(p: argparse.ArgumentParser) -> None:

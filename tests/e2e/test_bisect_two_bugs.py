@@ -17,7 +17,7 @@ import sys
 import time
 
 from gitrepo import SEED_ENV, make_kernel_repo
-from helpers import run_harness
+from helpers import finished_bisect_steps, run_harness
 
 ENV_TEMPLATE = "PYTHONPATH={worktree}/python:{PYTHONPATH}"
 
@@ -112,25 +112,17 @@ def _bisect_id(tmp_path, signature: str) -> str:
     return run_id
 
 
-def _finished_steps(store) -> int:
-    try:
-        with sqlite3.connect(store) as conn:
-            return conn.execute("SELECT COUNT(*) FROM runs WHERE kind = 'bisect-step' AND finished IS NOT NULL"
-                                ).fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
 
 def _interrupted(command: list[str], tmp_path, env: dict, sig: signal.Signals) -> subprocess.CompletedProcess:
     """Run ``command`` until three more bisect steps are stored, then send ``sig`` to the front end."""
     store = tmp_path / "r.sqlite"
-    before = _finished_steps(store)
+    before = finished_bisect_steps(store)
     proc = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, **env}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 300
-        while _finished_steps(store) < before + 3 and proc.poll() is None and time.monotonic() < deadline:
+        while finished_bisect_steps(store) < before + 3 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proc.poll() is None, "the bisect ended before it could be interrupted"
         proc.send_signal(sig)

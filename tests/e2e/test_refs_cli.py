@@ -13,7 +13,7 @@ import time
 import pytest
 
 from gitrepo import SEED_ENV, git, make_kernel_repo
-from helpers import ROOT, run_harness
+from helpers import ROOT, finished_bisect_steps, run_harness
 
 ENV_TEMPLATE = "PYTHONPATH={worktree}/python:{PYTHONPATH}"
 
@@ -93,14 +93,6 @@ def test_bad_refs_are_refused_before_anything_runs(tmp_path, ref, needle):
     assert not (tmp_path / "logs").exists()
 
 
-def _bisect_steps(store) -> int:
-    try:
-        with sqlite3.connect(store) as conn:
-            return conn.execute("SELECT COUNT(*) FROM runs WHERE kind = 'bisect-step' AND finished IS NOT NULL"
-                                ).fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
 
 def test_bisect_finds_a_flaky_culprit_and_resumes_after_a_kill(tmp_path, golden_cache_dir, counter_env):
     culprit = random.Random(7).randrange(3, 30)          # "a random commit", fixed for the test's sake
@@ -117,7 +109,7 @@ def test_bisect_finds_a_flaky_culprit_and_resumes_after_a_kill(tmp_path, golden_
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 240
-        while _bisect_steps(store) < 6 and proc.poll() is None and time.monotonic() < deadline:
+        while finished_bisect_steps(store) < 6 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proc.poll() is None, "the bisect ended before it could be interrupted:\n" + proc.stdout.read()
     finally:
