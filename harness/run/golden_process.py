@@ -64,6 +64,7 @@ class GoldenProcess:
         self.starts = 0
         self.unavailable: str | None = None     # why it could not start: workers compute their own goldens
         self._warned = False
+        self._closed = False
         self._lock = threading.Lock()
         self._own_dir: str | None = None        # --no-golden-cache: this run's files, removed by close
 
@@ -145,11 +146,18 @@ class GoldenProcess:
             current.stop(force=False)
 
     def close(self) -> None:
-        with self._lock:
-            self._stop()
-            if self._own_dir is not None:
-                shutil.rmtree(self._own_dir, ignore_errors=True)
-                self._own_dir = None
+        """Stop the process; a request in flight (Ctrl-C mid-golden) is not waited for: its process is killed."""
+        self._closed = True
+        if self._lock.acquire(timeout=1.0):
+            try:
+                self._stop()
+            finally:
+                self._lock.release()
+        elif self.current is not None:
+            self.current.stop(force=True)
+        if self._own_dir is not None:
+            shutil.rmtree(self._own_dir, ignore_errors=True)
+            self._own_dir = None
 
     # -- one case ----------------------------------------------------------------
     def request(self, case: Case) -> protocol.GoldenReply | None:
@@ -160,6 +168,8 @@ class GoldenProcess:
                 return None
             why = ""
             for _ in range(2):            # a golden process that died is replaced once per request
+                if self._closed:
+                    return _failed(case, "the run ended before the golden was made", "")
                 current = self._ensure()
                 if current is None:
                     return None
@@ -185,9 +195,7 @@ class GoldenProcess:
                 trace.log.debug("golden process pid %d: replacing it: %s", current.proc.pid, why)
                 self.current = None
                 current.stop(force=True)
-            failure = protocol.Failure(protocol.Stage.GOLDEN, "GoldenProcessError", why,
-                                       f"{why} (log: {current.log_path})")
-            return protocol.GoldenReply(case.case_id, "", failure=failure)
+            return _failed(case, why, f"{why} (log: {current.log_path})")
 
     def take_warning(self) -> str | None:
         """Once per run, when the golden process could not start: the line for the run's warnings."""
@@ -198,3 +206,8 @@ class GoldenProcess:
             return (f"the golden process could not start ({self.unavailable}): goldens were computed in the "
                     f"device workers, where the kernels run, and not stored; a kernel that changes torch "
                     f"when imported can change them")
+
+
+def _failed(case: Case, why: str, detail: str) -> protocol.GoldenReply:
+    failure = protocol.Failure(protocol.Stage.GOLDEN, "GoldenProcessError", why, detail)
+    return protocol.GoldenReply(case.case_id, "", failure=failure)
