@@ -3,6 +3,8 @@ directory under --no-golden-cache (harness/run/golden_process.py)."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 import signal
 from pathlib import Path
 
@@ -74,3 +76,19 @@ def test_a_device_worker_on_its_own_has_a_golden_process_of_its_own(tmp_path):
     finally:
         worker.close()
     assert worker.goldens.pid is None
+
+
+def test_closing_the_run_mid_golden_does_not_wait_for_the_golden(tmp_path):
+    """Ctrl-C while a golden is being made: ``close`` kills the golden process under the request."""
+    process = GoldenProcess(WorkerOptions(log_dir=tmp_path / "logs", golden_cache=str(tmp_path / "g")), fork=True)
+    assert process.request(case(1)).failure is None
+    os.kill(process.pid, signal.SIGSTOP)                 # the next golden never comes
+    replies = []
+    thread = threading.Thread(target=lambda: replies.append(process.request(case(2))))
+    thread.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    process.close()
+    thread.join(30)
+    assert not thread.is_alive() and time.monotonic() - started < 15
+    assert replies[0].failure is not None and replies[0].golden is None
