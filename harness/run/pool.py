@@ -115,7 +115,8 @@ class WorkerStartError(HarnessError):
 
 
 # The CPU zygote: a forkserver that has imported these and run nothing, so a replacement
-# worker is a fork (tens of ms), not a fresh torch import (seconds).  Accelerator workers
+# worker is a fork (tens of ms), not a fresh torch import (seconds); a CPU run's golden
+# process is forked from it too (harness.run.golden_process).  Accelerator workers
 # are always spawned fresh: importing torch can load a device runtime (torch-npu is
 # autoloaded by `import torch`), and a process must never fork after that.
 ZYGOTE_PRELOAD = ["torch", "harness.goldens", "harness.goldens.cache", "harness.worker.execute",
