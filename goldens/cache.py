@@ -15,8 +15,15 @@ recomputed and the file overwritten.  Failing to write is not an error either
 (the computed goldens are still returned); it is logged.
 
 A small in-memory LRU in front of the disk serves repeated identical cases in
-one worker process.  Every caller gets its own copy of the tensors, so writing
+one process.  Every caller gets its own copy of the tensors, so writing
 to a result never changes what the cache serves next.
+
+In a run the cache has one writer: the golden process (``harness.worker.golden_serve``),
+which never imports code under test.  It calls ``ensure`` (the file of a key, checked or
+computed and written, with its pid in the metadata) and hands the path on; the device
+worker only ``read``s that file, checking its key and digest, and never writes.
+``get_or_compute`` is the in-process path (a benchmark's loop, and a device worker whose
+golden process could not start, which computes without storing).
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ import json
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +61,7 @@ class GoldenCache:
         self.computed = 0        # computed by the golden
         self.unreadable = 0      # files found but not usable (corrupt, wrong content): recomputed
         self.write_errors = 0    # results that could not be stored
+        self._checked: dict[str, tuple[int, int, int]] = {}   # key -> (inode, size, mtime_ns) of a file read whole
 
     @property
     def enabled(self) -> bool:
@@ -92,6 +100,40 @@ class GoldenCache:
         self._remember(key, _copy(result))
         return result, False
 
+    def ensure(self, op: str, spec: Mapping[str, Any], make_inputs: Callable[[], Mapping[str, Any]],
+               dtype: torch.dtype = torch.float32) -> tuple[Path, str, bool]:
+        """``(path, key, hit)``: the file holding this case's goldens, checked, or computed from
+        ``make_inputs()`` and written.  Raises ``GoldenStoreError`` when it cannot be written (the
+        file is how the goldens reach the device worker)."""
+        key = self.key(op, spec, dtype)
+        path = self.path(op, key)
+        seen = self._checked.get(key)
+        if seen is not None and seen == _identity(path):    # read whole once; unchanged since
+            self.hits += 1
+            return path, key, True
+        if self._from_disk(op, key, dtype) is not None:
+            self.hits += 1
+            self._checked[key] = _identity(path)
+            return path, key, True
+        result = goldens.compute(op, make_inputs(), dtype, exact=True)
+        self.computed += 1
+        if not self._store(op, key, dtype, result):
+            raise GoldenStoreError(f"golden cache: could not write {path} (see the log above)")
+        self._checked[key] = _identity(path)
+        return path, key, False
+
+    def read(self, op: str, spec: Mapping[str, Any], path: Path | str,
+             dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+        """The goldens in ``path``, which must hold this case's key (``ensure``'s file): never writes."""
+        key = self.key(op, spec, dtype)
+        cached = self._from_memory(key)
+        if cached is None:
+            cached = self._load(Path(path), op, key, dtype)
+            if cached is None:
+                raise GoldenStoreError(f"golden cache: {path} does not hold the goldens of this case ({op}, key {key})")
+            self._remember(key, cached)
+        return _copy(cached)
+
     # -- memory ----------------------------------------------------------------------------
     def _from_memory(self, key: str) -> dict[str, torch.Tensor] | None:
         if key not in self._memory:
@@ -109,7 +151,9 @@ class GoldenCache:
 
     # -- disk ------------------------------------------------------------------------------
     def _from_disk(self, op: str, key: str, dtype: torch.dtype) -> dict[str, torch.Tensor] | None:
-        path = self.path(op, key)
+        return self._load(self.path(op, key), op, key, dtype)
+
+    def _load(self, path: Path, op: str, key: str, dtype: torch.dtype) -> dict[str, torch.Tensor] | None:
         if not path.exists():
             return None
         try:
@@ -131,16 +175,31 @@ class GoldenCache:
         self.unreadable += 1
         return None
 
-    def _store(self, op: str, key: str, dtype: torch.dtype, result: Mapping[str, torch.Tensor]) -> None:
+    def _store(self, op: str, key: str, dtype: torch.dtype, result: Mapping[str, torch.Tensor]) -> bool:
         path = self.path(op, key)
         tensors = {name: t.detach().contiguous().clone() for name, t in result.items()}
-        metadata = {"op": op, "key": key, "dtype": _dtype_name(dtype), "digest": _digest(tensors)}
+        metadata = {"op": op, "key": key, "dtype": _dtype_name(dtype), "digest": _digest(tensors),
+                    "writer_pid": str(os.getpid())}      # which process wrote it (only the golden process should)
         try:
             with atomic_path(path) as tmp:
                 save_file(tensors, str(tmp), metadata=metadata)
         except (OSError, SafetensorError) as exc:     # a full or read-only disk: keep going uncached
             self.write_errors += 1
             log.warning("golden cache: could not store %s (%s)", path, exc)
+            return False
+        return True
+
+
+class GoldenStoreError(RuntimeError):
+    """A golden cache file that could not be written, or that does not hold what the reader expects."""
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _copy(result: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 from harness.case import Case
 from harness.devices import Device
 from harness.outcomes import Outcome, Result
+from harness.run.golden_process import GoldenProcess
 from harness.run.pool import DeviceWorker, WorkerOptions, case_fields, log_name
 
 
@@ -46,7 +47,11 @@ def tier_skip_reason(case: Case, device: Device, run_device_tier_on_cpu: bool) -
 class Engine:
     def __init__(self, options: RunOptions):
         self.options = options
-        self.workers = [DeviceWorker(d, options.worker, name=f"w{i}") for i, d in enumerate(options.devices)]
+        # one golden process per run, shared by the devices: goldens never computed where a kernel runs
+        self.goldens = GoldenProcess(options.worker, fork=options.worker.fork_cpu_workers
+                                     and all(d.kind == "cpu" for d in options.devices))
+        self.workers = [DeviceWorker(d, options.worker, name=f"w{i}", goldens=self.goldens)
+                        for i, d in enumerate(options.devices)]
         self._lock = threading.Lock()
         self._baselines: Path | None = None
         self._baselines_lock = threading.Lock()
@@ -54,6 +59,7 @@ class Engine:
     def close(self) -> None:
         for w in self.workers:
             w.close()
+        self.goldens.close()
         if self._baselines is not None:   # bit-exact copies of every buffer: can be large, and only this run's
             shutil.rmtree(self._baselines, ignore_errors=True)
             self._baselines = None

@@ -12,6 +12,8 @@ device fault, or a kernel that changed the process or left threads or processes
 behind (``CaseReply.replace_worker``), replaces the worker before the next case.
 A worker is stopped with its whole process group.  Every message, start,
 replacement and signal is traced (``harness.trace``, silent unless enabled).
+The case's goldens come from the run's golden process (``harness.run.golden_process``),
+asked before the case is sent; the worker only reads the file it names.
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ from harness.worker import protocol
 
 
 @functools.cache
-def _source_root() -> str | None:
+def source_root() -> str | None:
     """The checkout to put on the workers' PYTHONPATH when the harness is not installed.
 
     Installed (a wheel, or ``pip install -e``), the harness is importable as it is, and
@@ -58,7 +60,7 @@ def _source_root() -> str | None:
     except importlib.metadata.PackageNotFoundError:
         return str(Path(__file__).resolve().parents[2])
 
-_STARTUP_ATTEMPTS = 3
+STARTUP_ATTEMPTS = 3
 _STACK_DUMP_GRACE_S = 0.5
 _MESSAGE_S = 10.0           # a message whose first byte arrived is whole within this, or it is not one
 _DEATH_POLL_S = 0.1         # where a process has no sentinel to wait on
@@ -67,7 +69,7 @@ _DEATH_POLL_S = 0.1         # where a process has no sentinel to wait on
 @dataclass
 class WorkerOptions:
     log_dir: Path
-    golden_cache: str = ""               # "" disables the cache
+    golden_cache: str = ""               # "" keeps goldens for this run only (the golden process's own directory)
     golden_dtype: str = "fp32"
     kernel_paths: tuple[str, ...] = ()   # prepended to the inherited PYTHONPATH
     startup_timeout_s: float = 300.0
@@ -81,8 +83,8 @@ class WorkerOptions:
 def worker_env(options: WorkerOptions, case_env: dict[str, str]) -> dict[str, str]:
     env = dict(options.base_env)
     paths = [*options.kernel_paths, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-    if _source_root():
-        paths.append(_source_root())
+    if source_root():
+        paths.append(source_root())
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env.update(case_env)
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -113,16 +115,17 @@ class WorkerStartError(HarnessError):
 
 
 # The CPU zygote: a forkserver that has imported these and run nothing, so a replacement
-# worker is a fork (tens of ms), not a fresh torch import (seconds).  Accelerator workers
+# worker is a fork (tens of ms), not a fresh torch import (seconds); a CPU run's golden
+# process is forked from it too (harness.run.golden_process).  Accelerator workers
 # are always spawned fresh: importing torch can load a device runtime (torch-npu is
 # autoloaded by `import torch`), and a process must never fork after that.
 ZYGOTE_PRELOAD = ["torch", "harness.goldens", "harness.goldens.cache", "harness.worker.execute",
-                  "harness.worker.serve", "harness.kernels.reference"]
+                  "harness.worker.serve", "harness.worker.golden_serve", "harness.kernels.reference"]
 _zygote_lock = threading.Lock()
 _zygote_context = None
 
 
-def _zygote():
+def zygote():
     global _zygote_context
     with _zygote_lock:
         if _zygote_context is None:
@@ -133,13 +136,13 @@ def _zygote():
 
 
 @functools.cache
-def _spawner() -> ThreadPoolExecutor:
+def spawner() -> ThreadPoolExecutor:
     """The one long-lived thread that starts spawned workers: a worker's parent-death signal
     fires when the thread that started it ends, and the device threads end with each run."""
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-spawner")
 
 
-class _ForkedProc:
+class ForkedProc:
     """A forked worker (``multiprocessing.Process``) behind the part of ``Popen`` the pool uses."""
 
     def __init__(self, process):
@@ -163,7 +166,7 @@ class _ForkedProc:
         self._p.kill()
 
 
-def _pidfd(pid: int) -> int | None:
+def open_pidfd(pid: int) -> int | None:
     try:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):      # not Linux, or Linux < 5.3: polled instead
@@ -171,10 +174,10 @@ def _pidfd(pid: int) -> int | None:
 
 
 @dataclass
-class _Process:
+class WorkerProcess:
     """One started worker process and its end of the pipe."""
 
-    proc: "subprocess.Popen | _ForkedProc"
+    proc: "subprocess.Popen | ForkedProc"
     conn: Connection
     env_key: tuple
     log_path: Path
@@ -232,13 +235,18 @@ class DeviceWorker:
     a fault-prone matrix does not pay a torch import per fault.
     """
 
-    def __init__(self, device: Device, options: WorkerOptions, name: str = "w0"):
+    def __init__(self, device: Device, options: WorkerOptions, name: str = "w0", goldens=None):
+        """``goldens``: the run's ``GoldenProcess`` (the engine's, shared by its devices); None: one of its own."""
+        from harness.run.golden_process import GoldenProcess     # it builds on this module's process helpers
+
         trace.enable(trace.enabled_by_env())       # HARNESS_DEBUG=1 traces the CLI and the pytest plugin alike
         self.device = device
         self.options = options
         self.name = name
-        self.current: _Process | None = None
-        self.spare: _Process | None = None
+        self._own_goldens = goldens is None
+        self.goldens = goldens or GoldenProcess(options, fork=options.fork_cpu_workers and device.kind == "cpu")
+        self.current: WorkerProcess | None = None
+        self.spare: WorkerProcess | None = None
         self.absent: str | None = None
         self.info: dict = {}
         self.starts = 0           # processes started, spares included
@@ -248,11 +256,11 @@ class DeviceWorker:
         self._rss: tuple[int, int, int, bool] | None = None  # pid, RSS after its first case, cases since, warned
 
     @property
-    def proc(self) -> subprocess.Popen | _ForkedProc | None:
+    def proc(self) -> subprocess.Popen | ForkedProc | None:
         return self.current.proc if self.current else None
 
     # -- lifecycle -------------------------------------------------------------
-    def _spawn(self, case_env: dict[str, str]) -> _Process:
+    def _spawn(self, case_env: dict[str, str]) -> WorkerProcess:
         self.options.log_dir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
         log_path = self.options.log_dir / f"worker-{self.name}-{str(self.device).replace(':', '')}-{self.starts}.log"
@@ -261,11 +269,11 @@ class DeviceWorker:
         parent_sock, child_sock = socket.socketpair()
         try:
             with open(log_path, "ab") as log_file:
-                proc = _spawner().submit(
+                proc = spawner().submit(
                     subprocess.Popen,
                     [sys.executable, "-m", "harness.worker.serve", "--fd", str(child_sock.fileno()),
-                     "--device", str(self.device), "--golden-cache", self.options.golden_cache,
-                     "--golden-dtype", self.options.golden_dtype, "--front-end-pid", str(os.getpid())],
+                     "--device", str(self.device), "--golden-dtype", self.options.golden_dtype,
+                     "--front-end-pid", str(os.getpid())],
                     pass_fds=(child_sock.fileno(),), env=worker_env(self.options, case_env),
                     stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                     start_new_session=True,      # Ctrl-C reaches the front end only; killed as a group
@@ -275,16 +283,16 @@ class DeviceWorker:
         key = _env_key(case_env)
         trace.log.debug("%s: spawned pid %d for %s (env %s, log %s)", self.name, proc.pid, self.device,
                         _env_text(key), log_path)
-        pidfd = _pidfd(proc.pid)
-        return _Process(proc, Connection(parent_sock.detach()), key, log_path, self.name, pidfd, pidfd is not None)
+        pidfd = open_pidfd(proc.pid)
+        return WorkerProcess(proc, Connection(parent_sock.detach()), key, log_path, self.name, pidfd, pidfd is not None)
 
-    def _fork(self, case_env: dict[str, str], log_path: Path) -> _Process:
+    def _fork(self, case_env: dict[str, str], log_path: Path) -> WorkerProcess:
         from harness.worker.serve import forked_main
-        ctx = _zygote()
+        ctx = zygote()
         parent_conn, child_conn = ctx.Pipe()
         process = ctx.Process(
             target=forked_main, name=f"harness-worker-{self.name}",
-            args=(child_conn, str(self.device), self.options.golden_cache, self.options.golden_dtype,
+            args=(child_conn, str(self.device), self.options.golden_dtype,
                   worker_env(self.options, case_env), str(log_path), os.getpid()),
         )
         process.start()
@@ -292,10 +300,10 @@ class DeviceWorker:
         key = _env_key(case_env)
         trace.log.debug("%s: forked pid %d for %s from the zygote (env %s, log %s)", self.name, process.pid,
                         self.device, _env_text(key), log_path)
-        forked = _ForkedProc(process)
-        return _Process(forked, parent_conn, key, log_path, self.name, forked.sentinel)
+        forked = ForkedProc(process)
+        return WorkerProcess(forked, parent_conn, key, log_path, self.name, forked.sentinel)
 
-    def _await_ready(self, process: _Process) -> None:
+    def _await_ready(self, process: WorkerProcess) -> None:
         if not process.conn.poll(self.options.startup_timeout_s):
             trace.log.debug("%s pid %d: not ready within %gs", self.name, process.proc.pid,
                             self.options.startup_timeout_s)
@@ -318,7 +326,7 @@ class DeviceWorker:
             return
         self.stop()
         last: Exception | None = None
-        for _ in range(_STARTUP_ATTEMPTS):
+        for _ in range(STARTUP_ATTEMPTS):
             spare, self.spare = self.spare, None
             if spare is not None and spare.env_key != key:
                 trace.log.debug("%s: spare pid %d has another env; stopping it", self.name, spare.proc.pid)
@@ -354,6 +362,8 @@ class DeviceWorker:
         spare, self.spare = self.spare, None
         if spare is not None:
             spare.stop(force=True)
+        if self._own_goldens:
+            self.goldens.close()
 
     # -- one case ----------------------------------------------------------------
     def run(self, case: Case, log_path: Path, repeat: int = 0, baseline: Path | None = None) -> Result:
@@ -368,10 +378,18 @@ class DeviceWorker:
         if log_path.parent not in self._log_dirs:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_dirs.add(log_path.parent)
+        golden = self.goldens.request(case)
+        if golden is None:              # no golden process: the worker computes them, and the run says so
+            warning = self.goldens.take_warning()
+            if warning:
+                self.warnings.append(warning)
+                trace.log.debug("%s", warning)
+        elif golden.failure is not None:
+            return self._result(protocol.CaseReply(case.case_id, 0.0, failure=golden.failure), base, log_path)
         started = time.perf_counter()          # the case's time, not the worker's start-up
         current = self.current
         request = protocol.RunRequest(case, str(log_path), repeat, str(baseline) if baseline else None,
-                                      nonce=secrets.token_hex(8))
+                                      nonce=secrets.token_hex(8), golden=golden and golden.golden)
         try:
             current.send(request)
             if not current.wait(case.timeout_s):

@@ -1,6 +1,7 @@
 """One case, start to reply, inside the device worker's process.
 
-inputs from the seed → golden (cached) → kernel import → launch → checks.
+inputs from the seed → goldens (read from the golden process's file) → kernel import →
+launch → checks.
 Returns a ``protocol.CaseReply``; the front end turns it into a ``Result``
 (classifying exceptions there, where the log and exit status are known too).
 The in-process benchmark loop calls this same function, so the harness's
@@ -24,7 +25,7 @@ from harness.worker import inputs
 from harness.case import Case
 from harness.devices import Backend, Device
 from harness.worker.launch import ContractError, launch
-from harness.worker.protocol import CaseReply, Failure, Stage
+from harness.worker.protocol import CaseReply, Failure, GoldenRef, Stage
 from harness.provenance import kernel_origin
 from harness.registry import target as kernel_target
 
@@ -69,18 +70,28 @@ def _stage(stage: Stage, fn: Callable, *args, **kwargs):
         raise StageError(stage, exc) from exc
 
 
+def _goldens(case: Case, ci: inputs.CaseInputs, golden_cache: GoldenCache, golden_dtype: str,
+             golden: GoldenRef | None) -> tuple[dict[str, torch.Tensor], bool]:
+    dtype = GOLDEN_DTYPES[golden_dtype]
+    if golden is None:       # in-process: the benchmark's loop, or no golden process could start
+        return golden_cache.get_or_compute(case.op, ci.spec, ci.args, dtype)
+    return golden_cache.read(case.op, ci.spec, golden.path, dtype), golden.hit
+
+
 def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,
-                 loader: KernelLoader, golden_dtype: str = "fp32", *, repeat: int = 0,
-                 baseline: str | None = None, baselines: determinism.Baselines | None = None) -> CaseReply:
-    """``baseline``: a file to compare every output and cache with bit for bit (fixed-seed
+                 loader: KernelLoader, golden_dtype: str = "fp32", *, golden: GoldenRef | None = None,
+                 repeat: int = 0, baseline: str | None = None,
+                 baselines: determinism.Baselines | None = None) -> CaseReply:
+    """``golden``: the golden process's file of this case's goldens, read (key and digest checked)
+    through ``golden_cache``; None computes them here (``golden_cache.get_or_compute``).
+    ``baseline``: a file to compare every output and cache with bit for bit (fixed-seed
     flake hunts; the first iteration writes it), kept in ``baselines`` between cases."""
     t0 = time.perf_counter()
     watch = hygiene.Watch()   # what the kernel leaves behind in this process (docs/architecture.md)
     try:
         ci = _stage(Stage.INPUTS, inputs.generate, case)
         t1 = time.perf_counter()
-        goldens, hit = _stage(Stage.GOLDEN, golden_cache.get_or_compute, case.op, ci.spec, ci.args,
-                              GOLDEN_DTYPES[golden_dtype])
+        goldens, hit = _stage(Stage.GOLDEN, _goldens, case, ci, golden_cache, golden_dtype, golden)
         t2 = time.perf_counter()
         with watch:           # the kernel's window: its import and its launch
             kernel = _stage(Stage.IMPORT, loader.load, case.kernel, case.op)
@@ -105,8 +116,11 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         failure = Failure(tagged.stage, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)))
         return CaseReply(case.case_id, time.perf_counter() - t0, failure=failure,
                          metrics=watch.disturbed.metrics(), replace_worker=watch.disturbed.replace_reason)
-    timings = {"inputs_s": t1 - t0, "golden_s": t2 - t1, "launch_s": t3 - t2, "check_s": t4 - t3}
+    # golden_s: the golden process's time for this case and this worker's read of its file
+    timings = {"inputs_s": t1 - t0, "golden_s": (golden.seconds if golden else 0.0) + t2 - t1,
+               **({"golden_read_s": t2 - t1} if golden else {}), "launch_s": t3 - t2, "check_s": t4 - t3}
     metrics = {**found.metrics, "timings": timings, "golden_cache_hit": hit,
+               "golden_source": f"golden process {golden.pid}" if golden else "device worker",
                "kernel": loader.origin(case.kernel, case.op),
                **({"determinism": bits} if bits is not None else {}),
                # what an adapted kernel copied, which the buffer checks cannot see (docs/adapters.md)

@@ -15,6 +15,11 @@ the case and the outcomes: nothing of the front end.
         RunRequest ---------->
         <-------------- CaseReply
         Stop ---------------->  (or the pipe closes)
+
+The golden process (``harness.worker.golden_serve``) speaks the same framing with the
+front end only: ``Ready``, then ``GoldenRequest`` → ``GoldenReply`` per case, ``Stop``.
+A ``GoldenReply``'s ``GoldenRef`` names the cache file the front end passes on to the
+device worker in its ``RunRequest``; the device worker never talks to the golden process.
 """
 from __future__ import annotations
 
@@ -71,6 +76,24 @@ class Ready:
 
 
 @dataclass(frozen=True)
+class GoldenRef:
+    """Where the golden process left a case's goldens: a golden cache file, and how it got there."""
+
+    path: str                          # the safetensors file (read-only for the device worker)
+    key: str                           # the golden cache key the file must carry
+    hit: bool                          # found in the cache (True) or computed for this request
+    seconds: float                     # the golden process's time for this request
+    pid: int                           # the golden process that wrote or checked the file
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"path": self.path, "key": self.key, "hit": self.hit, "seconds": self.seconds, "pid": self.pid}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> "GoldenRef":
+        return cls(path=data["path"], key=data["key"], hit=data["hit"], seconds=data["seconds"], pid=data["pid"])
+
+
+@dataclass(frozen=True)
 class RunRequest:
     """Run ``case`` once with its output redirected into ``log``."""
 
@@ -80,18 +103,41 @@ class RunRequest:
     repeat: int = 0
     baseline: str | None = None        # compare every buffer bit for bit with this file (determinism)
     nonce: str = ""                    # echoed by the reply: matches it to this launch
+    golden: GoldenRef | None = None    # the case's goldens; None only when the golden process could not start
 
     def to_wire(self) -> dict[str, Any]:
         return {"message": self.kind, "case": self.case.to_wire(), "log": self.log, "repeat": self.repeat,
-                "baseline": self.baseline, "nonce": self.nonce}
+                "baseline": self.baseline, "nonce": self.nonce,
+                "golden": None if self.golden is None else self.golden.to_wire()}
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> "RunRequest":
         return cls(case=Case.from_wire(data["case"]), log=data["log"], repeat=data["repeat"],
-                   baseline=data["baseline"], nonce=data["nonce"])
+                   baseline=data["baseline"], nonce=data["nonce"],
+                   golden=None if data["golden"] is None else GoldenRef.from_wire(data["golden"]))
 
     def brief(self) -> str:
         return f"run case={self.case.case_id} repeat={self.repeat}" + (" bitwise" if self.baseline else "")
+
+
+@dataclass(frozen=True)
+class GoldenRequest:
+    """Make sure the goldens of ``case`` in ``dtype`` (``fp32``, ``fp64``) are in the golden cache."""
+
+    kind: ClassVar[str] = "golden"
+    case: Case
+    dtype: str
+    nonce: str = ""                    # echoed by the reply
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"message": self.kind, "case": self.case.to_wire(), "dtype": self.dtype, "nonce": self.nonce}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> "GoldenRequest":
+        return cls(case=Case.from_wire(data["case"]), dtype=data["dtype"], nonce=data["nonce"])
+
+    def brief(self) -> str:
+        return f"golden case={self.case.case_id} dtype={self.dtype}"
 
 
 @dataclass(frozen=True)
@@ -171,8 +217,40 @@ class CaseReply:
             f" replace worker: {self.replace_worker}" if self.replace_worker else "")
 
 
-Message = Ready | RunRequest | Stop | CaseReply
-M = TypeVar("M", Ready, RunRequest, Stop, CaseReply)
+@dataclass(frozen=True)
+class GoldenReply:
+    """The goldens of one ``GoldenRequest``: ``golden`` where they are, or the ``failure`` computing them."""
+
+    kind: ClassVar[str] = "golden-reply"
+    case_id: str
+    nonce: str
+    golden: GoldenRef | None = None    # None exactly when ``failure`` is set
+    failure: Failure | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        failure = self.failure
+        return {"message": self.kind, "case_id": self.case_id, "nonce": self.nonce,
+                "golden": None if self.golden is None else self.golden.to_wire(),
+                "failure": None if failure is None else {
+                    "stage": failure.stage.value, "exc_type": failure.exc_type,
+                    "message": failure.message, "traceback": failure.traceback}}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> "GoldenReply":
+        failure = data["failure"]
+        return cls(case_id=data["case_id"], nonce=data["nonce"],
+                   golden=None if data["golden"] is None else GoldenRef.from_wire(data["golden"]),
+                   failure=None if failure is None else Failure(
+                       Stage(failure["stage"]), failure["exc_type"], failure["message"], failure["traceback"]))
+
+    def brief(self) -> str:
+        if self.failure is not None:
+            return f"golden-reply case={self.case_id} {self.failure.exc_type}"
+        return f"golden-reply case={self.case_id} {'hit' if self.golden.hit else 'computed'} {self.golden.seconds:.3f}s"
+
+
+Message = Ready | RunRequest | Stop | CaseReply | GoldenRequest | GoldenReply
+M = TypeVar("M", Ready, RunRequest, Stop, CaseReply, GoldenRequest, GoldenReply)
 
 
 MAX_MESSAGE_BYTES = 256 << 20       # a reply is text and metrics: far larger is garbage in the pipe

@@ -102,7 +102,7 @@ def lifeline(front_end_pid: int) -> None:
     threading.Thread(target=_watch, args=(front_end_pid,), name="harness-lifeline", daemon=True).start()
 
 
-def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtype: str) -> int:
+def serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
     """The message loop: announce readiness, then run cases until ``Stop`` or the pipe closes."""
     faulthandler.enable(all_threads=True)           # fatal signals: stacks to fd 2 (the case log)
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
@@ -125,7 +125,8 @@ def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtyp
             warm_up(backend.torch_device(device))     # torch's own pools: not a kernel's leftovers
         except Exception:      # a device that fails here fails the first case too, which classifies it
             pass
-    golden_cache = GoldenCache(golden_cache_dir or None)
+    # no root: this process never writes a golden; it reads the golden process's files
+    golden_cache = GoldenCache(None)
     loader = KernelLoader()
     baselines = Baselines()
     protocol.send(conn, protocol.Ready(pid=os.getpid(), absent=absent, info=info))
@@ -139,11 +140,12 @@ def serve(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtyp
             return 0
         with redirected_output(request.log):
             reply = execute_case(request.case, device, backend, golden_cache, loader, golden_dtype,
-                                 repeat=request.repeat, baseline=request.baseline, baselines=baselines)
+                                 golden=request.golden, repeat=request.repeat, baseline=request.baseline,
+                                 baselines=baselines)
         protocol.send(conn, dataclasses.replace(reply, nonce=request.nonce))
 
 
-def _release_zygote() -> None:
+def release_zygote() -> None:
     # multiprocessing hands every forked child the zygote's "clients alive" pipe; while a
     # worker holds it the zygote outlives the front end, and so the worker (its child)
     # never gets its parent-death signal.  The worker starts no process through the zygote.
@@ -155,7 +157,7 @@ def _release_zygote() -> None:
         server._forkserver_alive_fd = None
 
 
-def forked_main(conn: Connection, device_text: str, golden_cache_dir: str, golden_dtype: str,
+def forked_main(conn: Connection, device_text: str, golden_dtype: str,
                 env: dict[str, str], log_path: str, front_end_pid: int) -> None:
     """Entry point of a worker forked from the CPU zygote (``pool.ZYGOTE_PRELOAD`` imported, nothing run).
 
@@ -163,7 +165,7 @@ def forked_main(conn: Connection, device_text: str, golden_cache_dir: str, golde
     session, its log as stdout/stderr, the run's environment and PYTHONPATH, its lifeline.
     """
     os.setsid()
-    _release_zygote()
+    release_zygote()
     lifeline(front_end_pid)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
@@ -174,19 +176,18 @@ def forked_main(conn: Connection, device_text: str, golden_cache_dir: str, golde
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))    # as a fresh interpreter reads it
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:0] = [p for p in paths if p not in sys.path]
-    sys.exit(serve(conn, device_text, golden_cache_dir, golden_dtype))
+    sys.exit(serve(conn, device_text, golden_dtype))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="harness.worker.serve")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--device", required=True)
-    parser.add_argument("--golden-cache", default="")
     parser.add_argument("--golden-dtype", default="fp32")
     parser.add_argument("--front-end-pid", type=int, required=True)
     args = parser.parse_args(argv)
     lifeline(args.front_end_pid)
-    return serve(Connection(args.fd), args.device, args.golden_cache, args.golden_dtype)
+    return serve(Connection(args.fd), args.device, args.golden_dtype)
 
 
 if __name__ == "__main__":
