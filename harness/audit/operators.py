@@ -19,6 +19,7 @@ WRAPPER = "harness.kernels.mutants.operators"
 MUTANT_VAR = "HARNESS_MUTANT"
 KERNEL_VAR = "HARNESS_MUTANT_KERNEL"
 DELTA_VAR = "HARNESS_MUTANT_DELTA"
+SHAPE_VAR = "HARNESS_MUTANT_SHAPE"
 DEFAULT_DELTA = 0.01
 REFERENCE = "reference"
 
@@ -79,9 +80,10 @@ def parse_mutants(text: str | None) -> tuple[Operator, ...]:
     return tuple(BY_NAME[n] for n in dict.fromkeys(names))
 
 
-def mutated(case: Case, operator: Operator, delta: float = DEFAULT_DELTA) -> Case:
-    """``case`` run by the wrapper with ``operator`` around its own kernel; id unchanged."""
-    env = {**case.env, MUTANT_VAR: operator.name, KERNEL_VAR: case.kernel, DELTA_VAR: repr(delta)}
+def mutated(case: Case, operator: Operator, delta: float = DEFAULT_DELTA, shape: str = "head") -> Case:
+    """``case`` run by the wrapper with ``operator`` around its own kernel; id unchanged
+    (``delta``, ``shape``: what ``head_perturbed`` scales, and by how much)."""
+    env = {**case.env, MUTANT_VAR: operator.name, KERNEL_VAR: case.kernel, DELTA_VAR: repr(delta), SHAPE_VAR: shape}
     return replace(case, kernel=WRAPPER, env=env)
 
 

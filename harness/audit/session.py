@@ -13,6 +13,7 @@ from typing import Any
 from harness.audit.coverage import Condition, coverage
 from harness.audit.kill import MutantVerdict, Score, score, verdict
 from harness.audit.operators import DEFAULT_DELTA, Operator, applicable, mutated
+from harness.audit.sensitivity import Sensitivity, find_sensitivity
 from harness.case import Case
 from harness.outcomes import Outcome, Result
 from harness.run.engine import Engine, Planned, RunOptions
@@ -27,6 +28,7 @@ class Audit:
     verdicts: tuple[MutantVerdict, ...]
     coverage: tuple[Condition, ...]
     delta: float
+    sensitivity: tuple[Sensitivity, ...] | None = None     # None: not asked for
 
     @property
     def score(self) -> Score:
@@ -43,12 +45,12 @@ class Audit:
                 "mutants": [v.to_json() for v in self.verdicts],
                 "baseline": {r.case_id: r.label for r in self.baseline},
                 "coverage": [c.to_json() for c in self.coverage],
-                "sensitivity": None,
+                "sensitivity": None if self.sensitivity is None else [x.to_json() for x in self.sensitivity],
                 "head_perturbed_delta": self.delta}
 
 
 def run_audit(cases: Sequence[Case], operators: Sequence[Operator], options: RunOptions, store: Store, *,
-              command: list[str] | None = None, delta: float = DEFAULT_DELTA,
+              command: list[str] | None = None, delta: float = DEFAULT_DELTA, sensitivity: bool = False,
               on_run: Callable[[str, int], None] | None = None,
               on_result: Callable[[Planned, Result], None] | None = None) -> Audit:
     """``on_run(name, cases)`` before each run ("unmutated" first); ``on_result`` after each case."""
@@ -72,6 +74,17 @@ def run_audit(cases: Sequence[Case], operators: Sequence[Operator], options: Run
                                    on_result=on_result)
                 results = {r.case_id: r for r in recorded.results}
             verdicts.append(verdict(operator, chosen, baseline, results))
+        found = None
+        if sensitivity:
+            def run(mutants: list[Case]) -> dict[str, Result]:
+                if on_run:
+                    on_run("sensitivity step", len(mutants))
+                recorded = execute([Planned(i, c) for i, c in enumerate(mutants)], options, store,
+                                   kind="audit-mutant", command=command, parent_id=base.run_id,
+                                   extra={"mutant": "head_perturbed", "sensitivity": True}, engine=engine,
+                                   on_result=on_result)
+                return {r.case_id: r for r in recorded.results}
+            found = find_sensitivity(cases, baseline, run)
     finally:
         engine.close()
-    return Audit(base.run_id, tuple(base.results), tuple(verdicts), coverage(cases), delta)
+    return Audit(base.run_id, tuple(base.results), tuple(verdicts), coverage(cases), delta, found)

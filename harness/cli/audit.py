@@ -20,7 +20,7 @@ def cmd_audit(args) -> int:
     with open_store(args) as store, session_golden_cache(args) as goldens:
         cases = load_cases(args)
         options = engine_options(args, run_devices, golden_cache=goldens)
-        audit = run_audit(cases, operators, options, store, command=sys.argv, delta=args.delta,
+        audit = run_audit(cases, operators, options, store, command=sys.argv, delta=args.delta, sensitivity=args.sensitivity,
                           on_run=lambda name, n: print(printable(f"audit: {name} ({n} cases)"), flush=True))
     doc = audit.document()
     print(printable(render_text(doc)), end="", flush=True)

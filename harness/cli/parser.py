@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "instead of only when every applicable mutant is killed")
     p_audit.add_argument("--delta", type=fraction("--delta"), default=0.01, metavar="D",
                          help="head_perturbed scales one head by 1 + D (default 0.01)")
+    p_audit.add_argument("--sensitivity", action="store_true",
+                         help="also find, per op's first output, the smallest relative error of one head (and "
+                              "of a quarter of one) the tolerances detect: 16 more runs of the matrix")
 
     p_flake = sub.add_parser("flake", parents=[common],
                              help="run cases N times: failure rate, intervals, bitwise determinism")

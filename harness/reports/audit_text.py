@@ -66,6 +66,8 @@ def render_text(doc: dict) -> str:
                  f"boundary conditions exercised")
     for c in missed:
         lines.append(f"  missed   {c['name']}: {c['description']}")
+    for x in doc.get("sensitivity") or ():
+        lines.append(f"sensitivity: {x['text']}")
     width = max((len(name) for name, _ in kill_matrix(doc)), default=0)
     lines.append(f"kill matrix ({len(doc['baseline'])} cases; K killed, . passed, x already failing, - n/a):")
     lines += [f"  {name:<{width}} {row}" for name, row in kill_matrix(doc)]
@@ -87,6 +89,8 @@ def render_markdown(doc: dict) -> str:
                 + ", ".join(f"`{m['name']}`" for m in _inapplicable(doc))]
     out += ["", "### Coverage", "", "| boundary condition | cases |", "|---|---|"]
     out += [f"| {c['description']} | {len(c['cases']) or '**missed**'} |" for c in doc["coverage"]]
+    if doc.get("sensitivity"):
+        out += ["", "### Sensitivity", ""] + [f"- {x['text']}" for x in doc["sensitivity"]]
     out += ["", "<details><summary>Kill matrix</summary>", "", "```"]
     out += [f"{name} {row}" for name, row in kill_matrix(doc)]
     out += ["```", "", "</details>", ""]
@@ -106,7 +110,9 @@ def render_html(doc: dict) -> str:
             f"<h1>Audit</h1><p>{e(_score_line(doc))}</p>"
             f"<table border='1'><tr><th>mutant</th><th>bug class</th><th>verdict</th><th>why / killed by</th></tr>"
             f"{rows}</table><h2>Coverage</h2><table border='1'><tr><th>boundary condition</th><th>cases</th></tr>"
-            f"{cover}</table><h2>Kill matrix</h2><pre>{matrix}</pre></body></html>\n")
+            f"{cover}</table>"
+            + "".join(f"<p>{e(x['text'])}</p>" for x in doc.get("sensitivity") or ())
+            + f"<h2>Kill matrix</h2><pre>{matrix}</pre></body></html>\n")
 
 
 def render_json(doc: dict) -> str:

@@ -9,7 +9,8 @@ end:
 - ``HARNESS_MUTANT``: the operator's name (``harness/audit/operators.py`` lists them);
 - ``HARNESS_MUTANT_KERNEL``: the wrapped kernel, as a case names it (a builtin,
   ``package.module:callable`` or ``package.module``);
-- ``HARNESS_MUTANT_DELTA``: the relative perturbation of ``head_perturbed``.
+- ``HARNESS_MUTANT_DELTA``: the relative perturbation of ``head_perturbed``;
+- ``HARNESS_MUTANT_SHAPE``: what ``head_perturbed`` scales, ``head`` or ``block``.
 
 Output-side operators act on the buffers around the wrapped kernel's launch, so
 they apply to any kernel.  Operators that act inside the computation replace the
@@ -32,6 +33,7 @@ from harness.registry import target
 MUTANT_VAR = "HARNESS_MUTANT"
 KERNEL_VAR = "HARNESS_MUTANT_KERNEL"
 DELTA_VAR = "HARNESS_MUTANT_DELTA"
+SHAPE_VAR = "HARNESS_MUTANT_SHAPE"     # head_perturbed: "head" (default) or "block"
 DEFAULT_DELTA = 0.01
 
 # Operators inside the computation: the reference kernel with the bug, by import module.
@@ -67,6 +69,13 @@ def _slot_rows(cache: Tensor) -> Tensor:
     return layer.reshape(-1, Hkv, D)
 
 
+def _perturbed(out: Tensor, shape: str) -> Tensor:
+    """What ``head_perturbed`` scales: one head of the first row (a quarter of the row where the
+    output has no heads); ``block``: a quarter of that head (a sixteenth of the row)."""
+    row = out[0, 0] if out.dim() == 3 else out[0, : max(1, out.shape[-1] // 4)]
+    return row[: max(1, row.shape[-1] // 4)] if shape == "block" else row
+
+
 def _before(name: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
     """What an operator must see before the launch: the buffers as the kernel finds them."""
     if name == "half_written":
@@ -92,9 +101,7 @@ def _after(name: str, op: str, args: dict[str, Any], seen: dict[str, Any]) -> No
     elif name == "head_perturbed":
         out = _first_output(op, args)
         delta = float(os.environ.get(DELTA_VAR, DEFAULT_DELTA))
-        # One head of the first row where the output has heads, else one block of a row.
-        block = out[0, 0] if out.dim() == 3 else out[0, : max(1, out.shape[-1] // 4)]
-        block.mul_(1 + delta)
+        _perturbed(out, os.environ.get(SHAPE_VAR, "head")).mul_(1 + delta)
     elif name == "input_clobber":
         args[OPS[op].by_role("input")[0].name].view(-1)[0] += 1
     elif name == "slot_minus_one_write":

@@ -137,3 +137,20 @@ def test_rendered_audit_puts_survivors_first_with_reasons(tmp_path):
     assert "| `skip_cache_write` |" in md and "still pass with it" in md
     assert dict(kill_matrix(doc)) == {"nan_element": "KK", "skip_cache_write": ".."}
     assert "SURVIVED skip_cache_write" in render_text(doc)
+
+
+def test_sensitivity_bisects_to_the_threshold_the_checks_have(tmp_path):
+    from harness.audit.operators import DELTA_VAR, SHAPE_VAR
+    from harness.audit.sensitivity import find_sensitivity
+    cases = _cases(tmp_path, BLIND)
+    base = {c.case_id: _result(c, Outcome.PASS) for c in cases}
+    threshold = {"head": 0.008, "block": 2.0}     # a block error is never caught
+
+    def run(mutants):
+        return {m.case_id: _result(m, Outcome.MISMATCH if float(m.env[DELTA_VAR]) >= threshold[m.env[SHAPE_VAR]]
+                                   else Outcome.PASS) for m in mutants}
+
+    head, block = find_sensitivity(cases, base, run, steps=8)
+    assert head.missed < 0.008 <= head.detected < 0.008 * 1.1
+    assert "misses per-head errors below 0.8" in head.sentence and "`query`" in head.sentence
+    assert block.detected is None and "up to 100%" in block.sentence
