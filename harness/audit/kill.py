@@ -1,7 +1,8 @@
 """The kill matrix: which case killed which mutant, the score, and why each survivor survived.
 
 A mutant is killed by a case when the unmutated kernel passed that case and the mutant
-fails it (a case the unmutated kernel already fails, or skips, can kill nothing).
+fails it (a case the unmutated kernel already fails, or skips, can kill nothing; a
+``HARNESS_ERROR`` is the harness breaking, never a kill).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from harness.audit.coverage import has_negative_slot, has_valid_slot
 from harness.audit.operators import Operator
 from harness.case import Case
 from harness.ops import OPS
-from harness.outcomes import Result
+from harness.outcomes import Outcome, Result
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ def verdict(operator: Operator, cases: Sequence[Case], baseline: Mapping[str, Re
     """``cases``: those ``operator`` applies to; ``results``: the mutant's, by case id."""
     ids = tuple(c.case_id for c in cases)
     kills = tuple(Kill(i, results[i].label) for i in ids
-                  if i in results and i in baseline and baseline[i].outcome.passed and results[i].outcome.failed)
+                  if i in results and i in baseline and baseline[i].outcome.passed and results[i].outcome.failed
+                  and results[i].outcome is not Outcome.HARNESS_ERROR)   # the harness broke, not the check
     outcomes = {i: results[i].label for i in ids if i in results}
     reason = "" if kills or not ids else survivor_reason(operator, cases, baseline)
     return MutantVerdict(operator.name, operator.bug, ids, kills, outcomes, reason)

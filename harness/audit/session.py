@@ -36,7 +36,9 @@ class Audit:
 
     @property
     def harness_broke(self) -> bool:
-        return any(r.outcome is Outcome.HARNESS_ERROR for r in self.baseline)
+        broke = Outcome.HARNESS_ERROR.value
+        return any(r.outcome is Outcome.HARNESS_ERROR for r in self.baseline) or \
+            any(label == broke for v in self.verdicts for label in v.outcomes.values())
 
     def document(self) -> dict[str, Any]:
         s = self.score

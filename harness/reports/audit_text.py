@@ -92,7 +92,8 @@ def render_markdown(doc: dict) -> str:
     if doc.get("sensitivity"):
         out += ["", "### Sensitivity", ""] + [f"- {x['text']}" for x in doc["sensitivity"]]
     out += ["", "<details><summary>Kill matrix</summary>", "", "```"]
-    out += [f"{name} {row}" for name, row in kill_matrix(doc)]
+    width = max((len(name) for name, _ in kill_matrix(doc)), default=0)
+    out += [f"{name:<{width}} {row}" for name, row in kill_matrix(doc)]
     out += ["```", "", "</details>", ""]
     return "\n".join(out)
 

@@ -154,3 +154,11 @@ def test_sensitivity_bisects_to_the_threshold_the_checks_have(tmp_path):
     assert head.missed < 0.008 <= head.detected < 0.008 * 1.1
     assert "misses per-head errors below 0.8" in head.sentence and "`query`" in head.sentence
     assert block.detected is None and "up to 100%" in block.sentence
+
+
+def test_a_harness_error_under_a_mutant_is_no_kill(tmp_path):
+    cases = _cases(tmp_path, BLIND)
+    base = {c.case_id: _result(c, Outcome.PASS) for c in cases}
+    broke = {c.case_id: _result(c, Outcome.HARNESS_ERROR) for c in cases}
+    v = verdict(BY_NAME["nan_element"], cases, base, broke)
+    assert not v.killed and v.outcomes == {cases[0].case_id: "HARNESS_ERROR"}
