@@ -62,6 +62,8 @@ OPERATORS: tuple[Operator, ...] = (
     Operator("skip_cache_write", "one valid row's cache write dropped", _WRITERS, needs_valid_slot=True),
     Operator("stale_current_token", "attention reads the current token's old cache row", _ROPE[1:],
              internal=True),
+    Operator("off_by_one_page", "one sequence's last cached page read from the page after it", _ROPE[1:],
+             internal=True),
     Operator("gptj_rope", "GPT-J (interleaved) RoPE instead of NeoX rotate-half", _ROPE, internal=True),
     Operator("skip_rope", "no RoPE on q and k", _ROPE, internal=True),
 )

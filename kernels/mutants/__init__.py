@@ -20,5 +20,6 @@ and change one step, so everything but the bug is the reference's behaviour:
 For ``harness audit`` (docs/audit.md), not builtins of their own:
 
 - ``operators``: the mutation operators that wrap any kernel, chosen through the case env.
+- ``off_by_one_page``: attention reads one sequence's last cached page from the next page.
 - ``gptj_rope``: GPT-J interleaved RoPE instead of NeoX rotate-half (the ``gptj_rope`` operator).
 """

@@ -41,6 +41,7 @@ INTERNAL = {
     "stale_current_token": "harness.kernels.mutants.stale_kv",
     "skip_rope": "harness.kernels.mutants.skip_rope",
     "gptj_rope": "harness.kernels.mutants.gptj_rope",
+    "off_by_one_page": "harness.kernels.mutants.off_by_one_page",
 }
 
 _loaded: dict[str, Callable[..., Any]] = {}
