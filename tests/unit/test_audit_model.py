@@ -12,7 +12,7 @@ from harness.audit.operators import (BY_NAME, KERNEL_VAR, MUTANT_VAR, OperatorEr
                                      parse_mutants)
 from harness.casefiles import load_paths
 from harness.outcomes import Outcome, Result
-from harness.reports.audit_text import kill_matrix, render_markdown, render_text
+from harness.reports.audit_text import kill_matrix, render_html, render_markdown, render_text
 
 from helpers import ROOT, write_case_file
 
@@ -137,6 +137,8 @@ def test_rendered_audit_puts_survivors_first_with_reasons(tmp_path):
     assert "| `skip_cache_write` |" in md and "still pass with it" in md
     assert dict(kill_matrix(doc)) == {"nan_element": "KK", "skip_cache_write": ".."}
     assert "SURVIVED skip_cache_write" in render_text(doc)
+    page = render_html(doc)
+    assert page.index("skip_cache_write") < page.index("nan_element") and "SURVIVED" in page
 
 
 def test_sensitivity_bisects_to_the_threshold_the_checks_have(tmp_path):
