@@ -1,4 +1,4 @@
-"""The command line: ``harness list|run|flake|compare|bisect|bisect-run|ops|report|history``.
+"""The command line: ``harness list|run|flake|compare|bisect|bisect-run|ops|report|history|audit``.
 
 The commands parse flags (``parser``), call the harness and print; ``main`` maps
 errors to exit codes (README): ``UsageError`` is 2 with its one line, any other
@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from harness import trace
+from harness.cli.audit import cmd_audit
 from harness.cli.bisect import GIT_BAD, GIT_GOOD, GIT_SKIP, cmd_bisect, cmd_bisect_run
 from harness.cli.common import EXIT_INTERNAL, EXIT_USAGE, check_output_flags
 from harness.cli.compare import cmd_compare
@@ -24,7 +25,8 @@ from harness.formats import printable
 __all__ = ["main"]
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "flake": cmd_flake, "compare": cmd_compare, "bisect": cmd_bisect,
-            "bisect-run": cmd_bisect_run, "ops": cmd_ops, "report": cmd_report, "history": cmd_history}
+            "bisect-run": cmd_bisect_run, "ops": cmd_ops, "report": cmd_report, "history": cmd_history,
+            "audit": cmd_audit}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -109,6 +109,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run only the cases RUN_ID planned and has no result for (cases, kernel paths, "
                             "golden dtype and tier come from that run)")
 
+    p_audit = sub.add_parser("audit", parents=[common],
+                             help="run the matrix with each mutation operator: which bug classes it misses")
+    _add_selection(p_audit)
+    _add_execution(p_audit)
+    p_audit.add_argument("--mutants", default=None, metavar="NAMES",
+                         help="comma-separated operators to run (default: all; docs/audit.md lists them)")
+    p_audit.add_argument("--min-score", type=fraction("--min-score"), default=None, metavar="S",
+                         help="exit 0 when the score (killed / applicable mutants) is at least S (0..1), "
+                              "instead of only when every applicable mutant is killed")
+    p_audit.add_argument("--delta", type=fraction("--delta"), default=0.01, metavar="D",
+                         help="head_perturbed scales one head by 1 + D (default 0.01)")
+    p_audit.add_argument("--sensitivity", action="store_true",
+                         help="also find, per op's first output, the smallest relative error of one head (and "
+                              "of a quarter of one) the tolerances detect: 16 more runs of the matrix")
+
     p_flake = sub.add_parser("flake", parents=[common],
                              help="run cases N times: failure rate, intervals, bitwise determinism")
     _add_selection(p_flake)
@@ -257,6 +272,19 @@ def _whole(flag: str, minimum: int, maximum: int | None):
             raise argparse.ArgumentTypeError(f"{flag} must be at least {minimum}, got {value}")
         if maximum is not None and value > maximum:
             raise argparse.ArgumentTypeError(f"{flag} must be at most {maximum}, got {value}")
+        return value
+    return parse
+
+
+def fraction(flag: str):
+    """A number in [0, 1]."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag}: {text!r} is not a number") from None
+        if not 0 <= value <= 1:
+            raise argparse.ArgumentTypeError(f"{flag}: {text} is not between 0 and 1")
         return value
     return parse
 

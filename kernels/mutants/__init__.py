@@ -16,4 +16,10 @@ and change one step, so everything but the bug is the reference's behaviour:
 - ``abort``: ``abort()`` as a failed native assertion does (SIGABRT).
 - ``oom``: allocates until a bounded address-space limit stops it.
 - ``npu_fault``: an emulation of torch-npu's report of an AICore fault and 507018.
+
+For ``harness audit`` (docs/audit.md), not builtins of their own:
+
+- ``operators``: the mutation operators that wrap any kernel, chosen through the case env.
+- ``off_by_one_page``: attention reads one sequence's last cached page from the next page.
+- ``gptj_rope``: GPT-J interleaved RoPE instead of NeoX rotate-half (the ``gptj_rope`` operator).
 """

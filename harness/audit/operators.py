@@ -1,0 +1,93 @@
+"""The mutation operators as data: name, the bug class, the ops each applies to.
+
+The operators themselves run in the device worker (``harness.kernels.mutants.operators``);
+the front end only picks the cases each applies to and names the kernel that wraps the
+case's own.  Output-side operators wrap any kernel; ``internal`` ones act inside the
+computation and apply to cases whose kernel is the reference only.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from harness.case import Case
+from harness.errors import UsageError
+
+# The worker side's names (kernels/mutants/operators.py), kept here as data: the front end
+# does not import a kernel module.
+WRAPPER = "harness.kernels.mutants.operators"
+MUTANT_VAR = "HARNESS_MUTANT"
+KERNEL_VAR = "HARNESS_MUTANT_KERNEL"
+DELTA_VAR = "HARNESS_MUTANT_DELTA"
+SHAPE_VAR = "HARNESS_MUTANT_SHAPE"
+DEFAULT_DELTA = 0.01
+REFERENCE = "reference"
+
+_ALL = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention", "prefill_attention",
+        "decode_layers")
+_WRITERS = ("rope_kv_write", "fused_rope_decode_attention", "prefill_attention", "decode_layers")
+_ROPE = ("rope_kv_write", "fused_rope_decode_attention", "prefill_attention", "decode_layers")
+
+
+class OperatorError(UsageError):
+    """``--mutants`` names an operator that does not exist."""
+
+
+@dataclass(frozen=True)
+class Operator:
+    name: str
+    bug: str                            # the bug class, in words
+    ops: tuple[str, ...]                # the ops it applies to
+    internal: bool = False              # acts inside the computation: reference kernel only
+    needs_negative_slot: bool = False   # only a row with slot < 0 can show it
+    needs_valid_slot: bool = False      # only a row with slot >= 0 can show it
+    perturbs_value: bool = False        # a finite change to an output's values: a tolerance can admit it
+
+    def applies_to(self, case: Case) -> bool:
+        return case.op in self.ops and (not self.internal or case.kernel == REFERENCE)
+
+
+OPERATORS: tuple[Operator, ...] = (
+    Operator("out_is_query", "the attention output filled with the rotated query",
+             ("paged_decode_attention", "fused_rope_decode_attention"), perturbs_value=True),
+    Operator("half_written", "half of one output left as the kernel found it", _ALL),
+    Operator("nan_element", "one output element NaN", _ALL),
+    Operator("head_perturbed", "one head (or one block of a row) of one output scaled by (1 + delta)", _ALL,
+             perturbs_value=True),
+    Operator("input_clobber", "an input tensor overwritten after the launch", _ALL),
+    Operator("slot_minus_one_write", "k/v written for a row whose slot < 0, before the cache (raw offset)",
+             _WRITERS, needs_negative_slot=True),
+    Operator("neighbor_slot_write", "a valid row's k/v also written to the next slot", _WRITERS,
+             needs_valid_slot=True),
+    Operator("skip_cache_write", "one valid row's cache write dropped", _WRITERS, needs_valid_slot=True),
+    Operator("stale_current_token", "attention reads the current token's old cache row", _ROPE[1:],
+             internal=True),
+    Operator("off_by_one_page", "one sequence's last cached page read from the page after it", _ROPE[1:],
+             internal=True),
+    Operator("gptj_rope", "GPT-J (interleaved) RoPE instead of NeoX rotate-half", _ROPE, internal=True),
+    Operator("skip_rope", "no RoPE on q and k", _ROPE, internal=True),
+)
+BY_NAME = {o.name: o for o in OPERATORS}
+
+
+def parse_mutants(text: str | None) -> tuple[Operator, ...]:
+    """``--mutants a,b``: those operators in the order given; None: every operator."""
+    if not text:
+        return OPERATORS
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown or not names:
+        raise OperatorError(f"--mutants {text!r}: no operator {', '.join(unknown) or '(empty)'} "
+                            f"(operators: {', '.join(BY_NAME)})")
+    return tuple(BY_NAME[n] for n in dict.fromkeys(names))
+
+
+def mutated(case: Case, operator: Operator, delta: float = DEFAULT_DELTA, shape: str = "head") -> Case:
+    """``case`` run by the wrapper with ``operator`` around its own kernel; id unchanged
+    (``delta``, ``shape``: what ``head_perturbed`` scales, and by how much)."""
+    env = {**case.env, MUTANT_VAR: operator.name, KERNEL_VAR: case.kernel, DELTA_VAR: repr(delta), SHAPE_VAR: shape}
+    return replace(case, kernel=WRAPPER, env=env)
+
+
+def applicable(cases: Sequence[Case], operator: Operator) -> list[Case]:
+    return [c for c in cases if operator.applies_to(c)]

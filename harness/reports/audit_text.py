@@ -1,0 +1,127 @@
+"""The audit document (``harness.audit.session.Audit.document``) as terminal text, Markdown, JSON and HTML.
+
+Survivors come first everywhere: they are what a reader has to act on.  The kill
+matrix is compact: one row per mutant, one character per case (``K`` killed there,
+``.`` ran and passed, ``-`` not applicable, ``x`` the unmutated kernel already failed).
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+from typing import Any
+
+from harness.files import write_text
+from harness.formats import pct
+
+
+def _survivors(doc: dict) -> list[dict]:
+    return [m for m in doc["mutants"] if m["applicable"] and not m["killed"]]
+
+
+def _killed(doc: dict) -> list[dict]:
+    return [m for m in doc["mutants"] if m["killed"]]
+
+
+def _inapplicable(doc: dict) -> list[dict]:
+    return [m for m in doc["mutants"] if not m["applicable"]]
+
+
+def kill_matrix(doc: dict) -> list[tuple[str, str]]:
+    """``(mutant, row)``: one character per case, in the unmutated run's order."""
+    ids = list(doc["baseline"])
+    rows = []
+    for m in doc["mutants"]:
+        killers = set(m["killed_by"])
+        cells = []
+        for i in ids:
+            if i not in m["outcomes"]:
+                cells.append("-")
+            elif i in killers:
+                cells.append("K")
+            elif doc["baseline"][i] not in ("PASS", "NEAR_TIE"):
+                cells.append("x")
+            else:
+                cells.append(".")
+        rows.append((m["name"], "".join(cells)))
+    return rows
+
+
+def _score_line(doc: dict) -> str:
+    return f"score {pct(doc['score'])}: {doc['killed']} of {doc['applicable']} applicable mutants killed"
+
+
+def render_text(doc: dict) -> str:
+    lines = [_score_line(doc)]
+    for m in _survivors(doc):
+        lines.append(f"  SURVIVED {m['name']} ({m['bug']}): {m['reason']}")
+    for m in _killed(doc):
+        first = m["killed_by"][0]
+        lines.append(f"  killed   {m['name']} by {len(m['killed_by'])} case(s), first {first} "
+                     f"({m['killing_outcomes'][first]})")
+    for m in _inapplicable(doc):
+        lines.append(f"  n/a      {m['name']}: no case of an op it applies to")
+    missed = [c for c in doc["coverage"] if not c["covered"]]
+    lines.append(f"coverage: {sum(c['covered'] for c in doc['coverage'])} of {len(doc['coverage'])} "
+                 f"boundary conditions exercised")
+    for c in missed:
+        lines.append(f"  missed   {c['name']}: {c['description']}")
+    for x in doc.get("sensitivity") or ():
+        lines.append(f"sensitivity: {x['text']}")
+    width = max((len(name) for name, _ in kill_matrix(doc)), default=0)
+    lines.append(f"kill matrix ({len(doc['baseline'])} cases; K killed, . passed, x already failing, - n/a):")
+    lines += [f"  {name:<{width}} {row}" for name, row in kill_matrix(doc)]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(doc: dict) -> str:
+    out = [f"## Audit: {_score_line(doc)}", ""]
+    survivors = _survivors(doc)
+    if survivors:
+        out += ["### Survivors", "", "| mutant | bug class | why it survived |", "|---|---|---|"]
+        out += [f"| `{m['name']}` | {m['bug']} | {m['reason']} |" for m in survivors]
+        out.append("")
+    out += ["### Killed", "", "| mutant | killed by | first case (outcome) |", "|---|---|---|"]
+    out += [f"| `{m['name']}` | {len(m['killed_by'])} case(s) | `{m['killed_by'][0]}` "
+            f"({m['killing_outcomes'][m['killed_by'][0]]}) |" for m in _killed(doc)]
+    if _inapplicable(doc):
+        out += ["", "Not applicable (no case of an op they apply to): "
+                + ", ".join(f"`{m['name']}`" for m in _inapplicable(doc))]
+    out += ["", "### Coverage", "", "| boundary condition | cases |", "|---|---|"]
+    out += [f"| {c['description']} | {len(c['cases']) or '**missed**'} |" for c in doc["coverage"]]
+    if doc.get("sensitivity"):
+        out += ["", "### Sensitivity", ""] + [f"- {x['text']}" for x in doc["sensitivity"]]
+    out += ["", "<details><summary>Kill matrix</summary>", "", "```"]
+    width = max((len(name) for name, _ in kill_matrix(doc)), default=0)
+    out += [f"{name:<{width}} {row}" for name, row in kill_matrix(doc)]
+    out += ["```", "", "</details>", ""]
+    return "\n".join(out)
+
+
+def render_html(doc: dict) -> str:
+    e = html.escape
+    rows = "".join(f"<tr><td><code>{e(m['name'])}</code></td><td>{e(m['bug'])}</td>"
+                   f"<td>{'killed' if m['killed'] else 'n/a' if not m['applicable'] else 'SURVIVED'}</td>"
+                   f"<td>{e(m['reason'] or ', '.join(m['killed_by'][:3]))}</td></tr>"
+                   for m in _survivors(doc) + _killed(doc) + _inapplicable(doc))
+    cover = "".join(f"<tr><td>{e(c['description'])}</td><td>{len(c['cases']) or '<b>missed</b>'}</td></tr>"
+                    for c in doc["coverage"])
+    matrix = e("\n".join(f"{name} {row}" for name, row in kill_matrix(doc)))
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>harness audit</title></head><body>"
+            f"<h1>Audit</h1><p>{e(_score_line(doc))}</p>"
+            f"<table border='1'><tr><th>mutant</th><th>bug class</th><th>verdict</th><th>why / killed by</th></tr>"
+            f"{rows}</table><h2>Coverage</h2><table border='1'><tr><th>boundary condition</th><th>cases</th></tr>"
+            f"{cover}</table>"
+            + "".join(f"<p>{e(x['text'])}</p>" for x in doc.get("sensitivity") or ())
+            + f"<h2>Kill matrix</h2><pre>{matrix}</pre></body></html>\n")
+
+
+def render_json(doc: dict) -> str:
+    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+
+
+RENDERERS = {"json": render_json, "markdown": render_markdown, "html": render_html}
+
+
+def write_audit(path: str | os.PathLike, fmt: str, doc: dict[str, Any]) -> None:
+    write_text(path, RENDERERS[fmt](doc))

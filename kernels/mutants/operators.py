@@ -1,0 +1,144 @@
+"""Mutation operators that wrap any kernel: the kernel a case names, run with one bug class added.
+
+``harness audit`` runs a matrix once as it is and once per operator with every
+case's kernel replaced by this module (a function per op, named like the op).
+Which operator, and which kernel it wraps, travel in the case's environment, so
+the wrapped kernel is imported here, in the device worker, never in the front
+end:
+
+- ``HARNESS_MUTANT``: the operator's name (``harness/audit/operators.py`` lists them);
+- ``HARNESS_MUTANT_KERNEL``: the wrapped kernel, as a case names it (a builtin,
+  ``package.module:callable`` or ``package.module``);
+- ``HARNESS_MUTANT_DELTA``: the relative perturbation of ``head_perturbed``;
+- ``HARNESS_MUTANT_SHAPE``: what ``head_perturbed`` scales, ``head`` or ``block``.
+
+Output-side operators act on the buffers around the wrapped kernel's launch, so
+they apply to any kernel.  Operators that act inside the computation replace the
+kernel with a reference kernel that has the bug (the front end applies them only
+to cases whose kernel is the reference).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from harness.kernels.reference import for_every_op
+from harness.ops import OPS
+from harness.registry import target
+
+MUTANT_VAR = "HARNESS_MUTANT"
+KERNEL_VAR = "HARNESS_MUTANT_KERNEL"
+DELTA_VAR = "HARNESS_MUTANT_DELTA"
+SHAPE_VAR = "HARNESS_MUTANT_SHAPE"     # head_perturbed: "head" (default) or "block"
+DEFAULT_DELTA = 0.01
+
+# Operators inside the computation: the reference kernel with the bug, by import module.
+INTERNAL = {
+    "stale_current_token": "harness.kernels.mutants.stale_kv",
+    "skip_rope": "harness.kernels.mutants.skip_rope",
+    "gptj_rope": "harness.kernels.mutants.gptj_rope",
+    "off_by_one_page": "harness.kernels.mutants.off_by_one_page",
+}
+
+_loaded: dict[str, Callable[..., Any]] = {}
+
+
+def _load(path: str) -> Callable[..., Any]:
+    if path not in _loaded:
+        module, _, attr = path.partition(":")
+        _loaded[path] = getattr(importlib.import_module(module), attr)
+    return _loaded[path]
+
+
+def _first_output(op: str, args: dict[str, Any]) -> Tensor:
+    return args["out"] if "out" in args else args["query"] if op == "rope_kv_write" else args["logits"]
+
+
+def _valid_rows(args: dict[str, Any]) -> list[tuple[int, int]]:
+    """``(row, slot)`` of the rows whose slot is >= 0."""
+    return [(r, s) for r, s in enumerate(args["slot_mapping"].tolist()) if s >= 0]
+
+
+def _slot_rows(cache: Tensor) -> Tensor:
+    """Layer 0 of a cache as ``[N*P, Hkv, D]`` rows (a view: writes land in the cache)."""
+    Hkv, D = cache.shape[-2:]
+    layer = cache if cache.dim() == 4 else cache[0]
+    return layer.reshape(-1, Hkv, D)
+
+
+def _perturbed(out: Tensor, shape: str) -> Tensor:
+    """What ``head_perturbed`` scales: one head of the first row (a quarter of the row where the
+    output has no heads); ``block``: a quarter of that head (a sixteenth of the row)."""
+    row = out[0, 0] if out.dim() == 3 else out[0, : max(1, out.shape[-1] // 4)]
+    return row[: max(1, row.shape[-1] // 4)] if shape == "block" else row
+
+
+def _before(name: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    """What an operator must see before the launch: the buffers as the kernel finds them."""
+    if name == "half_written":
+        return {"found": _first_output(op, args).clone()}
+    if name == "skip_cache_write":
+        valid = _valid_rows(args)
+        if not valid:
+            return {}
+        slot = valid[0][1]
+        return {"slot": slot, "rows": {c: _slot_rows(args[c])[slot].clone() for c in ("k_cache", "v_cache")}}
+    return {}
+
+
+def _after(name: str, op: str, args: dict[str, Any], seen: dict[str, Any]) -> None:
+    if name == "out_is_query":
+        args["out"].copy_(args["query"])
+    elif name == "half_written":
+        out = _first_output(op, args).view(-1)
+        half = out.numel() // 2
+        out[half:].copy_(seen["found"].view(-1)[half:])
+    elif name == "nan_element":
+        _first_output(op, args).view(-1)[0] = float("nan")
+    elif name == "head_perturbed":
+        out = _first_output(op, args)
+        delta = float(os.environ.get(DELTA_VAR, DEFAULT_DELTA))
+        _perturbed(out, os.environ.get(SHAPE_VAR, "head")).mul_(1 + delta)
+    elif name == "input_clobber":
+        args[OPS[op].by_role("input")[0].name].view(-1)[0] += 1
+    elif name == "slot_minus_one_write":
+        for c in ("k_cache", "v_cache"):
+            cache = args[c]
+            Hkv, D = cache.shape[-2:]
+            for slot in args["slot_mapping"].tolist():
+                if slot < 0:     # the raw offset an unguarded kernel computes: before the buffer
+                    torch.as_strided(cache, (Hkv, D), (D, 1), cache.storage_offset() + slot * Hkv * D).fill_(1.0)
+    elif name == "neighbor_slot_write":
+        valid = _valid_rows(args)
+        if valid:
+            for c in ("k_cache", "v_cache"):
+                rows = _slot_rows(args[c])
+                slot = valid[0][1]
+                neighbour = slot + 1 if slot + 1 < rows.shape[0] else slot - 1
+                rows[neighbour].copy_(rows[slot])
+    elif name == "skip_cache_write":
+        if seen:
+            for c, row in seen["rows"].items():
+                _slot_rows(args[c])[seen["slot"]].copy_(row)
+    else:
+        raise ValueError(f"{MUTANT_VAR}={name!r}: no such mutation operator")
+
+
+
+def mutate(op: str, args: dict[str, Any]) -> Any:
+    name = os.environ[MUTANT_VAR]
+    if name in INTERNAL:
+        return _load(f"{INTERNAL[name]}:{op}")(**args)
+    kernel = _load(target(os.environ[KERNEL_VAR], op))
+    seen = _before(name, op, args)
+    returned = kernel(**args)
+    _after(name, op, args, seen)
+    return returned
+
+
+(rope_kv_write, paged_decode_attention, fused_rope_decode_attention, prefill_attention,
+ decode_layers) = for_every_op(mutate)

@@ -1,0 +1,166 @@
+"""harness audit, in process: coverage from the matrix alone, the operator table, the kill
+matrix's verdicts and survivor reasons, and the rendered document."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from harness.audit.coverage import coverage, has_negative_slot
+from harness.audit.kill import score, verdict
+from harness.audit.operators import (BY_NAME, KERNEL_VAR, MUTANT_VAR, OperatorError, WRAPPER, applicable, mutated,
+                                     parse_mutants)
+from harness.casefiles import load_paths
+from harness.outcomes import Outcome, Result
+from harness.reports.audit_text import kill_matrix, render_html, render_markdown, render_text
+
+from helpers import ROOT, write_case_file
+
+BLIND = """\
+name: blind
+op: rope_kv_write
+geometry: tiny
+matrix:
+  batch: [16]
+  seq_lens: ["const(5)"]
+  slot_mode: [arange]
+  seed: [0]
+"""
+
+SEES = BLIND + """\
+include:
+  - {name: warmup, batch: 16, seq_lens: "const(1)", slot_mode: "const(-1)", scratch_pages: 1, block_value: 0, seed: 1}
+"""
+
+
+def _cases(tmp_path, text):
+    return load_paths([str(write_case_file(tmp_path, "m.yaml", text))])
+
+
+def _covered(cases) -> dict[str, bool]:
+    return {c.name: c.covered for c in coverage(cases)}
+
+
+def test_coverage_names_what_a_blind_matrix_misses_and_credits_what_it_has(tmp_path):
+    blind = _covered(_cases(tmp_path, BLIND))
+    assert not blind["slot_negative"] and not blind["warmup_const_minus_one"]
+    assert not blind["seq_len_1"] and not blind["page_boundary_0"] and blind["partial_last_page"]
+    assert blind["gqa_group"] and not blind["several_layers"]
+    sees = _covered(_cases(tmp_path, SEES))
+    assert sees["slot_negative"] and sees["warmup_const_minus_one"] and sees["seq_len_1"]
+
+
+def test_padded_of_one_row_pads_nothing_and_is_no_negative_slot(tmp_path):
+    cases = _cases(tmp_path, BLIND.replace("batch: [16]", "batch: [1, 16]").replace("[arange]", '["padded(0.25)"]'))
+    assert {c.geometry.batch: has_negative_slot(c) for c in cases} == {1: False, 16: True}
+
+
+def test_shipped_matrices_cover_the_page_boundaries_and_warmup():
+    found = _covered(load_paths([str(ROOT / "cases")]))
+    for name in ("slot_negative", "warmup_const_minus_one", "page_boundary_0", "page_boundary_1",
+                 "page_boundary_p_minus_1", "seq_len_1", "largest_position", "several_layers",
+                 "chunked_prefill_with_context", "random_page_order"):
+        assert found[name], name
+
+
+def test_mutants_flag_takes_known_names_in_order_and_rejects_others():
+    assert [o.name for o in parse_mutants("nan_element,out_is_query")] == ["nan_element", "out_is_query"]
+    assert len(parse_mutants(None)) == len(BY_NAME)
+    with pytest.raises(OperatorError, match="--mutants.*no operator bogus"):
+        parse_mutants("nan_element,bogus")
+
+
+def test_a_mutated_case_keeps_its_id_and_carries_the_wrapped_kernel_in_its_env(tmp_path):
+    case = _cases(tmp_path, BLIND)[0]
+    m = mutated(case, BY_NAME["nan_element"])
+    assert (m.case_id, m.kernel) == (case.case_id, WRAPPER)
+    assert m.env[MUTANT_VAR] == "nan_element" and m.env[KERNEL_VAR] == "reference"
+
+
+def test_internal_operators_apply_to_the_reference_kernel_only(tmp_path):
+    case = _cases(tmp_path, BLIND)[0]
+    assert applicable([case], BY_NAME["skip_rope"]) == [case]
+    assert applicable([replace(case, kernel="pkg.mod:fn")], BY_NAME["skip_rope"]) == []
+    assert applicable([case], BY_NAME["out_is_query"]) == []     # rope_kv_write has no attention output
+
+
+def _result(case, outcome, code=None):
+    return Result(case_id=case.case_id, outcome=outcome, op=case.op, code=code)
+
+
+def test_a_mutant_is_killed_only_where_the_unmutated_kernel_passed(tmp_path):
+    cases = _cases(tmp_path, SEES)
+    op = BY_NAME["slot_minus_one_write"]
+    base = {c.case_id: _result(c, Outcome.PASS) for c in cases}
+    mutant = {c.case_id: _result(c, Outcome.OOB_WRITE if has_negative_slot(c) else Outcome.PASS) for c in cases}
+    v = verdict(op, cases, base, mutant)
+    assert v.killed and [k.case_id for k in v.killed_by] == [c.case_id for c in cases if has_negative_slot(c)]
+    assert v.killed_by[0].label == "OOB_WRITE"
+    already_failing = {**base, **{k.case_id: _result(cases[1], Outcome.MISMATCH) for k in v.killed_by}}
+    v2 = verdict(op, cases, already_failing, mutant)
+    assert not v2.killed and v2.reason == "no case has a slot < 0"
+
+
+def test_survivor_reasons_name_the_blind_spot(tmp_path):
+    cases = _cases(tmp_path, BLIND)
+    base = {c.case_id: _result(c, Outcome.PASS) for c in cases}
+    same = dict(base)
+    assert verdict(BY_NAME["slot_minus_one_write"], cases, base, same).reason == "no case has a slot < 0"
+    assert "the tolerance on `query` (atol 0.003" in verdict(BY_NAME["head_perturbed"], cases, base, same).reason
+    failing = {c.case_id: _result(c, Outcome.MISMATCH) for c in cases}
+    assert "already fails" in verdict(BY_NAME["nan_element"], cases, failing, same).reason
+    none = verdict(BY_NAME["out_is_query"], [], base, {})
+    assert not none.applicable and none.reason == ""
+
+
+def test_score_counts_applicable_mutants_only(tmp_path):
+    cases = _cases(tmp_path, SEES)
+    base = {c.case_id: _result(c, Outcome.PASS) for c in cases}
+    bad = {c.case_id: _result(c, Outcome.NONFINITE) for c in cases}
+    verdicts = [verdict(BY_NAME["nan_element"], cases, base, bad),
+                verdict(BY_NAME["skip_cache_write"], cases, base, base),
+                verdict(BY_NAME["out_is_query"], [], base, {})]
+    s = score(verdicts)
+    assert (s.killed, s.applicable, s.value) == (1, 2, 0.5)
+
+
+def test_rendered_audit_puts_survivors_first_with_reasons(tmp_path):
+    cases = _cases(tmp_path, SEES)
+    base = {c.case_id: _result(c, Outcome.PASS) for c in cases}
+    bad = {c.case_id: _result(c, Outcome.NONFINITE) for c in cases}
+    verdicts = [verdict(BY_NAME["nan_element"], cases, base, bad),
+                verdict(BY_NAME["skip_cache_write"], cases, base, base)]
+    doc = {"kind": "audit", "score": 0.5, "killed": 1, "applicable": 2, "mutants": [v.to_json() for v in verdicts],
+           "baseline": {i: r.label for i, r in base.items()}, "coverage": [c.to_json() for c in coverage(cases)]}
+    md = render_markdown(doc)
+    assert md.index("### Survivors") < md.index("### Killed")
+    assert "| `skip_cache_write` |" in md and "still pass with it" in md
+    assert dict(kill_matrix(doc)) == {"nan_element": "KK", "skip_cache_write": ".."}
+    assert "SURVIVED skip_cache_write" in render_text(doc)
+    page = render_html(doc)
+    assert page.index("skip_cache_write") < page.index("nan_element") and "SURVIVED" in page
+
+
+def test_sensitivity_bisects_to_the_threshold_the_checks_have(tmp_path):
+    from harness.audit.operators import DELTA_VAR, SHAPE_VAR
+    from harness.audit.sensitivity import find_sensitivity
+    cases = _cases(tmp_path, BLIND)
+    base = {c.case_id: _result(c, Outcome.PASS) for c in cases}
+    threshold = {"head": 0.008, "block": 2.0}     # a block error is never caught
+
+    def run(mutants):
+        return {m.case_id: _result(m, Outcome.MISMATCH if float(m.env[DELTA_VAR]) >= threshold[m.env[SHAPE_VAR]]
+                                   else Outcome.PASS) for m in mutants}
+
+    head, block = find_sensitivity(cases, base, run, steps=8)
+    assert head.missed < 0.008 <= head.detected < 0.008 * 1.1
+    assert "misses per-head errors below 0.8" in head.sentence and "`query`" in head.sentence
+    assert block.detected is None and "up to 100%" in block.sentence
+
+
+def test_a_harness_error_under_a_mutant_is_no_kill(tmp_path):
+    cases = _cases(tmp_path, BLIND)
+    base = {c.case_id: _result(c, Outcome.PASS) for c in cases}
+    broke = {c.case_id: _result(c, Outcome.HARNESS_ERROR) for c in cases}
+    v = verdict(BY_NAME["nan_element"], cases, base, broke)
+    assert not v.killed and v.outcomes == {cases[0].case_id: "HARNESS_ERROR"}
