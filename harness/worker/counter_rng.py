@@ -31,7 +31,7 @@ TILE_WORDS = 1 << 15            # words per tile; 256 KiB of int64, which stays 
 _BLOCK_ELEMS, _TILE_ELEMS = 2 * BLOCK_WORDS, 2 * TILE_WORDS
 _MASK32 = 0xFFFF_FFFF
 _M1, _M2 = 0x7FEB352D, 0x046CA68B   # lowbias32's; < 2**31, so a 32-bit value times one fits in int64
-_DEVICE_TILES = 1 << 9          # tiles per launch on an accelerator: bounds its temporaries
+_DEVICE_TILES = BLOCK_WORDS // TILE_WORDS   # on an accelerator one launch per block: 1 Mi words
 
 
 def stream_key(seed: int, name: str) -> bytes:
@@ -141,26 +141,31 @@ def fill(out: torch.Tensor, seed: int, name: str, kind: str,
     quantiles, |x| < 4.4) or ``uniform`` ([0, 1) in steps of 2**-16), rounded to out's dtype."""
     flat = out.view(-1)
     key, values = stream_key(seed, name), table(kind, out.dtype, out.device)
-    tiles = 1 if out.device.type == "cpu" else _DEVICE_TILES
+    tiles = tiles_per_run(out.device)
     jobs = [(flat[start:start + count], start, run)
             for start, count in (segments if segments is not None else [(0, flat.numel())]) if count > 0
             for run in _runs(start, count, tiles)]
-    workers_before = torch.get_num_threads()
-    workers = min(workers_before, len(jobs)) if out.device.type == "cpu" else 1
+    threads = torch.get_num_threads()
+    workers = min(threads, len(jobs)) if out.device.type == "cpu" else 1
     if workers <= 1:
         for target, start, run in jobs:
             _fill_run(target, key, start, values, run, tiles)
         return out
-    # one tile per job on one core each, the pool spreads tiles over cores; torch's own
-    # threads would split these small ops again and oversubscribe the cores meanwhile
+    # small ops on one core each, the pool spreads tiles over cores; torch's own threads
+    # would split these ops again and oversubscribe the cores meanwhile
     torch.set_num_threads(1)
     try:
         with ThreadPoolExecutor(workers) as pool:
-            for _ in pool.map(lambda job: _fill_run(job[0], key, job[1], values, job[2], 1), jobs, chunksize=8):
+            for _ in pool.map(lambda job: _fill_run(job[0], key, job[1], values, job[2], tiles), jobs, chunksize=8):
                 pass
     finally:
-        torch.set_num_threads(workers_before)
+        torch.set_num_threads(threads)
     return out
+
+
+def tiles_per_run(device: torch.device) -> int:
+    """Tiles hashed per group of torch ops: one on the CPU (it stays in L2), a block elsewhere."""
+    return 1 if device.type == "cpu" else _DEVICE_TILES
 
 
 def draw(seed: int, name: str, shape: tuple[int, ...] | torch.Size, kind: str, dtype: torch.dtype,

@@ -26,6 +26,7 @@ from harness.worker import counter_rng
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int32": torch.int32}
 _CANARY_PERIOD = 4093  # prime, so the pattern never lines up with rows or pages
+_CANARY_TILES = 16     # periods copied per slice of the canary
 
 
 @dataclass
@@ -229,8 +230,6 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
             _tile_canary(layer[start * row:(start + count) * row], (layer_index * rows + start) * row, tiled)
     return cache
 
-
-_CANARY_TILES = 16                                           # periods copied per slice of the canary
 
 
 def _runs_of(mask: torch.Tensor) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:

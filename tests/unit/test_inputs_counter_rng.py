@@ -43,6 +43,15 @@ def test_drawing_in_segments_gives_the_bytes_of_one_draw(cuts):
     assert same_bytes(whole, pieces)
 
 
+def test_the_accelerator_grouping_gives_the_cpu_bytes(monkeypatch):
+    # on a GPU or NPU the words of a whole block are hashed per group of ops; same function
+    cpu = counter_rng.draw(2, "x", (N,), "normal", torch.bfloat16)
+    monkeypatch.setattr(counter_rng, "tiles_per_run", lambda device: counter_rng.BLOCK_WORDS // counter_rng.TILE_WORDS)
+    grouped = torch.empty(N, dtype=torch.bfloat16)
+    counter_rng.fill(grouped, 2, "x", "normal", [(0, 5), (5, N - 5)])
+    assert same_bytes(cpu, grouped)
+
+
 def test_a_segment_leaves_the_rest_alone():
     out = torch.zeros(10_000)
     counter_rng.fill(out, 1, "x", "uniform", [(100, 50)])
