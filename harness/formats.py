@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Mapping
 
 
 def pct(x: Any) -> str:
@@ -34,3 +34,13 @@ def printable(text: Any) -> str:
         return text
     return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
                             else f"\\u{ord(m.group()):04x}", text)
+
+
+def inputs_text(metrics: Any) -> str | None:
+    """``256 MB, digest 1a2b3c4d`` from a result's ``inputs_bytes`` and ``inputs_digest``; None without them."""
+    if not isinstance(metrics, Mapping) or not isinstance(metrics.get("inputs_bytes"), int):
+        return None
+    n = metrics["inputs_bytes"]
+    size = next((f"{n / scale:.{1 if n < 10 * scale else 0}f} {unit}"
+                 for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")) if n >= scale), f"{n} B")
+    return f"{size}, digest {metrics.get('inputs_digest', '-')}"

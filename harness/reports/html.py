@@ -27,6 +27,7 @@ import os
 from typing import Any, Mapping
 
 from harness.files import write_text
+from harness.formats import inputs_text
 from harness.logs import clean_text, log_tail
 from harness.outcome_table import label_counts
 from harness.reports.document import (
@@ -222,7 +223,7 @@ def _case(out: list[str], g: FailureGroup, anchor: str, detailed: bool, renderer
         out.append(f'<p class="note">all {g.count}: {_e(g.detail)}</p>')
     meta = [("where", g.where), ("code", r.code),
             ("duration", f"{r.duration_s:.3f} s" if isinstance(r.duration_s, (int, float)) else r.duration_s),
-            ("kernel", r.kernel), ("log", g.log), ("other logs", g.other_logs)]
+            ("kernel", r.kernel), ("inputs", inputs_text(r.metrics)), ("log", g.log), ("other logs", g.other_logs)]
     if r.params:
         meta.append(("params", ", ".join(f"{k}={v}" for k, v in r.params.items())))
     out.append('<dl class="meta">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in meta

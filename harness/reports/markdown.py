@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from harness.formats import inputs_text
 from harness.logs import clean_text, log_tail
 from harness.outcome_table import label_counts
 from harness.reports.document import (
@@ -167,6 +168,9 @@ def _entry(g: FailureGroup) -> list[str]:
     if g.log:
         others = f"; other logs {escape(g.other_logs)}" if g.other_logs else ""
         lines.append(f"  - log: {escape(g.log, limit=None)}{others}")
+    inputs = inputs_text(g.first.metrics)
+    if inputs:
+        lines.append(f"  - inputs: {escape(inputs)}")
     return lines
 
 

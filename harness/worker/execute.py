@@ -22,6 +22,7 @@ from harness.worker import checks
 from harness.worker import determinism
 from harness.worker import hygiene
 from harness.worker import inputs
+from harness.worker.input_digest import digest_inputs
 from harness.case import Case
 from harness.devices import Backend, Device
 from harness.worker.launch import ContractError, launch
@@ -90,6 +91,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
     watch = hygiene.Watch()   # what the kernel leaves behind in this process (docs/architecture.md)
     try:
         ci = _stage(Stage.INPUTS, inputs.generate, case)
+        generated = _stage(Stage.INPUTS, digest_inputs, ci.op, ci.args)   # before the kernel can touch them
         t1 = time.perf_counter()
         goldens, hit = _stage(Stage.GOLDEN, _goldens, case, ci, golden_cache, golden_dtype, golden)
         t2 = time.perf_counter()
@@ -121,6 +123,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
                **({"golden_read_s": t2 - t1} if golden else {}), "launch_s": t3 - t2, "check_s": t4 - t3}
     metrics = {**found.metrics, "timings": timings, "golden_cache_hit": hit,
                "golden_source": f"golden process {golden.pid}" if golden else "device worker",
+               "inputs_bytes": generated.nbytes, "inputs_digest": generated.digest,
                "kernel": loader.origin(case.kernel, case.op),
                **({"determinism": bits} if bits is not None else {}),
                # what an adapted kernel copied, which the buffer checks cannot see (docs/adapters.md)

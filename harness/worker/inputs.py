@@ -1,9 +1,13 @@
 """One case's inputs, generated on the CPU from its seed (runs in the device worker).
 
 The same case always yields the same bytes, so goldens can be cached by the
-input spec, and a failing seed replays alone.  Caches come back in their
-pre-launch state: a random canary everywhere, valid context rows where the
-op reads them.  Launch moves everything to the device afterwards.
+input spec, and a failing seed replays alone.  Every random value is a counter-based
+draw (``counter_rng``): a pure function of (seed, tensor name, element index), so
+the bytes do not depend on threads, chunking or the device that draws them.  The
+small integer choices (uniform sequence lengths, random page order, padded rows)
+come from one seeded ``torch.Generator``.  Caches come back in their pre-launch
+state: a random canary everywhere, valid context rows where the op reads them.
+Launch moves everything to the device afterwards.
 """
 from __future__ import annotations
 
@@ -18,9 +22,11 @@ import torch
 
 from harness.case import Case
 from harness.ops import OPS, OpSpec, resolve_shape
+from harness.worker import counter_rng
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int32": torch.int32}
 _CANARY_PERIOD = 4093  # prime, so the pattern never lines up with rows or pages
+_CANARY_TILES = 16     # periods copied per slice of the canary
 
 
 @dataclass
@@ -40,7 +46,9 @@ class CaseInputs:
 
 
 def inputs_source_hash() -> str:
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    """Changes with this module or the draws it makes, so the golden cache keys follow both."""
+    sources = (Path(__file__), Path(counter_rng.__file__))
+    return hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
 
 
 def input_spec(case: Case) -> dict[str, Any]:
@@ -55,6 +63,7 @@ def input_spec(case: Case) -> dict[str, Any]:
         "block_value": case.block_value,
         "seed": case.seed,
         "generator": inputs_source_hash(),
+        "draws": counter_rng.VERSION,
     }
 
 
@@ -84,7 +93,7 @@ def generate(case: Case) -> CaseInputs:
     args: dict[str, Any] = {}
     for arg in op.args:
         if arg.role == "input":
-            args[arg.name] = _generate_input(arg.name, resolve_shape(arg.shape, sizes), DTYPES[arg.dtype], g)
+            args[arg.name] = _generate_input(arg.name, resolve_shape(arg.shape, sizes), DTYPES[arg.dtype], case.seed)
     rope_cos, rope_sin = rope_tables(case.max_pos, geo.head_dim, geo.rope_theta)
     derived = {
         "rope_cos": rope_cos,
@@ -105,7 +114,7 @@ def generate(case: Case) -> CaseInputs:
             "eps": geo.eps, "scale": 1.0 / math.sqrt(geo.head_dim), "num_layers": geo.num_layers,
         }[arg.name]
     for arg in op.caches:
-        args[arg.name] = _cache(resolve_shape(arg.shape, sizes), block_table, filled, P, g)
+        args[arg.name] = _cache(arg.name, resolve_shape(arg.shape, sizes), block_table, filled, P, case.seed)
 
     outputs = {a.name: (resolve_shape(a.shape, sizes), DTYPES[a.dtype]) for a in op.outputs}
     return CaseInputs(op, args, outputs, slots, row_seq, sizes, input_spec(case))
@@ -166,18 +175,19 @@ def _slots(case: Case, mapped: torch.Tensor, g: torch.Generator) -> torch.Tensor
     return mapped
 
 
-def _generate_input(name: str, shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+def _generate_input(name: str, shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
     if dtype == torch.int32:
         return torch.zeros(shape, dtype=dtype)            # indices are filled in by generate()
-    if name == "inv_rms":
-        return torch.rand(shape, generator=g) + 0.5
-    if name.endswith("_weight"):                           # norm weights: near one, not one
-        return (1.0 + 0.1 * torch.randn(shape, generator=g)).to(dtype)
     if name.startswith("rope_"):
         return torch.empty(shape, dtype=dtype)             # replaced by rope_tables()
+    if name == "inv_rms":
+        return counter_rng.draw(seed, name, shape, "uniform", torch.float32).add_(0.5)
+    if name.endswith("_weight"):                           # norm weights: near one, not one
+        return counter_rng.draw(seed, name, shape, "normal", torch.float32).mul_(0.1).add_(1.0).to(dtype)
+    values = counter_rng.draw(seed, name, shape, "normal", dtype)
     if name.startswith("w") or name == "lm_head":          # weights: fan-in scaled
-        return (torch.randn(shape, generator=g) / math.sqrt(shape[0] if name != "lm_head" else shape[1])).to(dtype)
-    return torch.randn(shape, generator=g).to(dtype)
+        values.mul_(1.0 / math.sqrt(shape[0] if name != "lm_head" else shape[1]))
+    return values
 
 
 def _scale_decode_weights(args: dict[str, Any], case: Case, seq_lens: list[int]) -> None:
@@ -192,28 +202,50 @@ def _scale_decode_weights(args: dict[str, Any], case: Case, seq_lens: list[int])
     args["w_down"] = (args["w_down"].float() / 0.6).bfloat16()
 
 
-def _cache(shape: tuple[int, ...], block_table: torch.Tensor, filled: list[int], P: int,
-           g: torch.Generator) -> torch.Tensor:
-    """Canary everywhere (values no valid row has), then valid context where it is read.
+def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled: list[int], P: int,
+           seed: int) -> torch.Tensor:
+    """Canary everywhere (values no valid row has), valid context where it is read.
 
-    Sized for qwen3-14b (40 layers of [N, 128, 8, 128]): the canary is tiled in place,
-    and each layer's context is one draw scattered by one indexed write.
+    Sized for qwen3-14b (40 layers of [N, 128, 8, 128]): each byte is written once.
+    Context element ``f`` of a layer is element ``f`` of that layer's stream, drawn in
+    place over runs of consecutive context rows; the canary is tiled over the rest.
     """
-    numel = math.prod(shape)
-    period = (torch.rand(_CANARY_PERIOD, generator=g) * 64 - 32).bfloat16()
-    flat = torch.empty(numel, dtype=torch.bfloat16)
-    whole = numel // _CANARY_PERIOD
-    flat[: whole * _CANARY_PERIOD].view(whole, _CANARY_PERIOD).copy_(period.expand(whole, _CANARY_PERIOD))
-    flat[whole * _CANARY_PERIOD:] = period[: numel - whole * _CANARY_PERIOD]
-    cache = flat.view(shape)
-    layers = cache if len(shape) == 5 else cache.unsqueeze(0)
-    seqs = [(b, count) for b, count in enumerate(filled) if count > 0]
-    if not seqs:
-        return cache
-    pos = torch.cat([torch.arange(count) for _, count in seqs])
-    rows = torch.cat([torch.full((count,), b) for b, count in seqs])
-    page = block_table[rows, pos // P].to(torch.int64)
-    offset = pos % P
-    for layer in layers:
-        layer[page, offset] = torch.randn((len(pos),) + tuple(shape[-2:]), generator=g, dtype=torch.bfloat16)
+    row = math.prod(shape[-2:])                            # elements per cache row (one slot)
+    rows = math.prod(shape[-4:-2])                         # slots per layer
+    cache = torch.empty(shape, dtype=torch.bfloat16)
+    layers = cache.view(-1, rows * row)
+    context = torch.zeros(rows, dtype=torch.bool)
+    for b, count in enumerate(filled):
+        if count > 0:
+            pos = torch.arange(count)
+            context[block_table[b, pos // P].to(torch.int64) * P + pos % P] = True
+    context_runs, canary_runs = _runs_of(context)
+    period = counter_rng.draw(seed, f"{name}.canary", (_CANARY_PERIOD,), "uniform", torch.float32)
+    period = period.mul_(512).floor_().mul_(0.125).sub_(32).bfloat16()   # [-32, 32) in steps of 1/8: exact
+    tiled = period.repeat(_CANARY_TILES + 1)
+    for layer_index, layer in enumerate(layers):
+        stream = name if len(shape) == 4 else f"{name}[{layer_index}]"
+        counter_rng.fill(layer, seed, stream, "normal", [(start * row, count * row) for start, count in context_runs])
+        for start, count in canary_runs:
+            _tile_canary(layer[start * row:(start + count) * row], (layer_index * rows + start) * row, tiled)
     return cache
+
+
+
+def _runs_of(mask: torch.Tensor) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(start, count) runs of True and of False in a 1-D bool mask."""
+    edges = (torch.nonzero(mask[1:] != mask[:-1]).flatten() + 1).tolist()
+    bounds = [0, *edges, len(mask)]
+    runs: tuple[list[tuple[int, int]], list[tuple[int, int]]] = ([], [])
+    for start, end in zip(bounds, bounds[1:]):
+        runs[0 if mask[start] else 1].append((start, end - start))
+    return runs
+
+
+def _tile_canary(target: torch.Tensor, first: int, tiled: torch.Tensor) -> None:
+    """``target[j] = canary[(first + j) % period]``, copied a slice of whole periods at a time."""
+    step = _CANARY_TILES * _CANARY_PERIOD
+    for at in range(0, target.numel(), step):
+        phase = (first + at) % _CANARY_PERIOD
+        count = min(step, target.numel() - at)
+        target[at:at + count] = tiled[phase:phase + count]

@@ -129,7 +129,8 @@ def run_case(monkeypatch):
 def test_an_exact_kernel_passes_the_case_it_failed_before(run_case):
     case = prefill_case(kernel="outside.exact_round_once:prefill_attention")
     before = run_case(case, "current")
-    assert before["outcome"] == "MISMATCH" and "26 / 4224 elements bad" in before["summary"], before["summary"]
+    # the count depends on the seed's draws (26 under the torch.Generator inputs, 46 now)
+    assert before["outcome"] == "MISMATCH" and "/ 4224 elements bad" in before["summary"], before["summary"]
     after = run_case(case, "widen")
     assert after["outcome"] == "PASS", after["summary"]
     assert after["metrics"]["compare"]["out"]["rounding_spread_max"] > 0

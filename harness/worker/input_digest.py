@@ -1,0 +1,72 @@
+"""A short digest of a case's inputs, computed where they live (runs in the device worker).
+
+Two runs, two thread counts or two devices that generated the same bytes give the same
+digest.  Per tensor (in contract order: the op's arguments as ``harness.ops`` lists them,
+caches in their pre-launch state) the bytes are read as int32 words laid out in rows of
+``PERIOD`` (a prime; a short last row zero-padded), and the rows are taken in groups of
+``GROUP_ROWS``.  Two int64 vectors of ``PERIOD`` sums come back to the host: the column
+sums, and the column sums weighted by ``1 + group % 1021``.  Integer sums are exact in
+any order and stay below 2**63 for tensors up to tens of GB, so the reduction may be
+split over threads or run on any device.  blake2b then folds them with each tensor's
+name, dtype and shape.  It fingerprints identical bytes; it is not a cryptographic hash
+(equal and opposite changes in one column of one group cancel).
+"""
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from harness.ops import OpSpec
+
+PERIOD = 4093
+GROUP_ROWS = 64
+_WEIGHTS = 1021
+
+
+@dataclass(frozen=True)
+class InputsDigest:
+    nbytes: int          # every tensor argument's bytes
+    digest: str          # 8 hex digits
+
+
+def digest_inputs(op: OpSpec, args: Mapping[str, Any]) -> InputsDigest:
+    h = hashlib.blake2b(digest_size=4)
+    nbytes = 0
+    for arg in op.args:
+        value = args.get(arg.name)
+        if not isinstance(value, torch.Tensor):
+            h.update(f"{arg.name}={value!r};".encode())
+            continue
+        nbytes += value.numel() * value.element_size()
+        h.update(f"{arg.name}:{value.dtype}:{tuple(value.shape)};".encode())
+        for sums in column_sums(value):
+            values = sums.tolist()
+            h.update(struct.pack(f"<{len(values)}q", *values))
+    return InputsDigest(nbytes, h.hexdigest())
+
+
+def column_sums(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(plain, group-weighted) int64 column sums of t's bytes as int32 words in rows of PERIOD."""
+    words = _words(t)
+    pad = -words.numel() % PERIOD
+    if pad:
+        words = torch.cat([words, words.new_zeros(pad)])
+    plain = torch.zeros(PERIOD, dtype=torch.int64, device=words.device)
+    weighted = torch.zeros_like(plain)
+    for group, rows in enumerate(words.view(-1, PERIOD).split(GROUP_ROWS)):
+        sums = rows.to(torch.int64).sum(0)         # in groups: the int64 copy stays small
+        plain += sums
+        weighted += sums * (1 + group % _WEIGHTS)
+    return plain, weighted
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    raw = t.detach().contiguous().view(-1).view(torch.uint8)
+    if raw.numel() % 4:
+        raw = torch.cat([raw, raw.new_zeros(4 - raw.numel() % 4)])
+    return raw.view(torch.int32)
+
