@@ -193,3 +193,12 @@ def test_engine_asks_an_accelerator_once_per_run(tmp_path, monkeypatch):
         assert len(asked) == 1
     finally:
         engine.close()
+
+
+def test_harness_ops_prints_the_plan_when_sequences_are_sized(capsys):
+    from harness.cli import main
+    assert main(["ops", "decode_layers", "--geometry", "qwen3-14b,batch=64,seq_len=32768"]) == 0
+    out = capsys.readouterr().out
+    assert "memory plan: 864 GB on cpu; on an accelerator 348 GB on the device and 862 GB on the host" in out
+    assert main(["ops", "decode_layers", "--geometry", "qwen3-14b"]) == 0
+    assert "memory plan" not in capsys.readouterr().out
