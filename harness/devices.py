@@ -6,8 +6,12 @@ registered by kind, so a new accelerator is one class, not an ``if`` chain.
 """
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from harness.errors import UsageError
@@ -15,6 +19,8 @@ from harness.errors import UsageError
 _DEVICE_RE = re.compile(r"^(cpu|cuda|npu)(?::(\d+))?$")
 _RANGE_RE = re.compile(r"^(cuda|npu):(\d+)-(\d+)$")
 MAX_DEVICES = 1024      # one worker each: a range past this is a typo, not a machine
+MEMINFO = Path("/proc/meminfo")
+MEMORY_PROBE_TIMEOUT_S = 120.0   # importing torch (and torch-npu, which initialises CANN)
 
 
 class DeviceError(UsageError):
@@ -63,6 +69,47 @@ def parse_device_list(text: str, where: str = "--devices") -> list[Device]:
     return devices
 
 
+@dataclass(frozen=True)
+class Memory:
+    """Bytes a device has free now and in all."""
+
+    available: int
+    total: int
+
+
+def host_memory(meminfo: Path = MEMINFO) -> Memory | None:
+    """The host's ``MemAvailable`` and ``MemTotal``; None where there is no /proc/meminfo (not Linux)."""
+    try:
+        text = meminfo.read_text()
+    except OSError:
+        return None
+    fields = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            fields[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    if "MemAvailable" not in fields or "MemTotal" not in fields:
+        return None
+    return Memory(fields["MemAvailable"], fields["MemTotal"])
+
+
+def accelerator_memory(devices: list[Device], env: dict[str, str]) -> dict[Device, Memory | None]:
+    """Each accelerator's free and total memory, asked in a short-lived interpreter with the
+    workers' environment (the front end imports no device runtime); None where it cannot say."""
+    wanted = list(dict.fromkeys(d for d in devices if d.kind != "cpu"))
+    if not wanted:
+        return {}
+    code = "import sys; from harness.devices import memory_probe_main; memory_probe_main(sys.argv[1:])"
+    try:
+        done = subprocess.run([sys.executable, "-c", code, *map(str, wanted)], env=env, capture_output=True,
+                              text=True, timeout=MEMORY_PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, IndexError, json.JSONDecodeError):
+        return {d: None for d in wanted}   # no figure: the case runs, as it did before the plan
+    return {d: Memory(*found[str(d)]) if found.get(str(d)) else None for d in wanted}
+
+
 # -- worker side ----------------------------------------------------------------
 
 class Backend:
@@ -84,12 +131,18 @@ class Backend:
         import torch
         return {"torch": torch.__version__}
 
+    def memory(self, device: Device) -> Memory | None:
+        return None
+
 
 class CpuBackend(Backend):
     kind = "cpu"
 
     def absent_reason(self, device: Device) -> str | None:
         return None
+
+    def memory(self, device: Device) -> Memory | None:
+        return host_memory()
 
     def describe(self, device: Device) -> dict[str, str]:
         import platform
@@ -110,6 +163,11 @@ class CudaBackend(Backend):
     def synchronize(self, device: Device) -> None:
         import torch
         torch.cuda.synchronize(device.index)
+
+    def memory(self, device: Device) -> Memory | None:
+        import torch
+        free, total = torch.cuda.mem_get_info(device.index)
+        return Memory(int(free), int(total))
 
     def describe(self, device: Device) -> dict[str, str]:
         import torch
@@ -149,6 +207,12 @@ class NpuBackend(Backend):
         import torch
         torch.npu.synchronize(device.index)
 
+    def memory(self, device: Device) -> Memory | None:
+        import torch
+        import torch_npu  # noqa: F401  (registers torch.npu)
+        free, total = torch.npu.mem_get_info(device.index)
+        return Memory(int(free), int(total))
+
     def describe(self, device: Device) -> dict[str, str]:
         import torch
         import torch_npu
@@ -174,3 +238,17 @@ def probe_main(names: list[str]) -> None:
     short-lived interpreter by the front end, which imports no device runtime itself."""
     import json
     print(json.dumps({name: backend(parse_device(name)).absent_reason(parse_device(name)) for name in names}))
+
+
+def memory_probe_main(names: list[str]) -> None:
+    """Print, as one JSON line, each named device's ``[available, total]`` bytes (null: unknown, or
+    absent).  Run in a short-lived interpreter by ``accelerator_memory``."""
+    found = {}
+    for name in names:
+        device = parse_device(name)
+        try:
+            memory = None if backend(device).absent_reason(device) else backend(device).memory(device)
+        except Exception:  # no figure: the front end lets the case run
+            memory = None
+        found[name] = None if memory is None else [memory.available, memory.total]
+    print(json.dumps(found))

@@ -14,6 +14,7 @@ Every error is a ``CaseFileError``: one line, ``<path>:<line>:<col>: <field>: <w
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 import os
@@ -35,18 +36,21 @@ from harness.casefiles.values import (
     effective,
     parse_value,
 )
-from harness.ops import OPS, OpSpec, resolve_shape
+from harness import memory_plan
+from harness.devices import host_memory
+from harness.memory_plan import human_bytes
+from harness.ops import OPS
 from harness.registry import BUILTINS
 
 __all__ = ["INCLUDE_KEYS", "MAX_CASE_BYTES", "MAX_CASES", "TOP_KEYS", "case_bytes", "load_matrix", "load_paths",
-           "select"]
+           "machine_bound", "select"]
 
 # A matrix is counted before it is expanded, and the whole selection is capped too: a typo
 # (an axis of 10^4 values times another) is refused in a second instead of filling memory.
 MAX_CASES = 1_000_000
-# A case whose kernel arguments alone need more than this fits on no machine (1 TiB).
+# More than any accelerator holds (1 TiB): a case that needs more than this and more than the
+# host has in all fits on no machine (docs/cases.md, "Memory plan").
 MAX_CASE_BYTES = 2**40
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "int32": 4}
 
 TOP_KEYS: tuple[str, ...] = ("name", *CASE_KEYS, "matrix", "exclude", "include")
 INCLUDE_KEYS: tuple[str, ...] = ("name", *CASE_KEYS)
@@ -320,23 +324,33 @@ def _build_case(spec: _Spec, draft: _Draft) -> Case:
         if needed > pages:
             raise fail(f"seq_lens need up to {needed} pages but the cache has {pages}",
                        "scratch_pages", "num_pages", "seq_lens", "batch", "page_size")
-    need = case_bytes(case, spec_ops)
-    if need > MAX_CASE_BYTES:
+    need = case_bytes(case)
+    bound = machine_bound()
+    if need > bound:
         given = [k for k in (*GEOMETRY_FIELDS, "seq_lens", "scratch_pages", "chunk_size") if k in values]
         biggest = max(given, key=lambda k: _size_of(values[k].parsed, g.page_size), default="geometry")
-        raise fail(f"the kernel arguments alone need {need:.3g} bytes, more than any machine holds "
-                   f"(cap {MAX_CASE_BYTES:.3g})", biggest, "geometry")
+        raise fail(f"the case needs {human_bytes(need)}, more than any machine holds (this host has "
+                   f"{human_bytes(host_total())} in all; no device holds more than {human_bytes(MAX_CASE_BYTES)})",
+                   biggest, "geometry")
     return case
 
 
-def case_bytes(case: Case, op: OpSpec) -> int:
-    """The bytes of a case's kernel arguments (inputs, caches, outputs), from its geometry alone:
-    an upper bound on prefill's ``T`` (every sequence at its longest chunk)."""
-    longest = case.seq_lens.max_len(case.geometry.page_size)
-    rows = case.geometry.batch * min(case.chunk_size or longest, longest)
-    sizes = case.sizes(rows)
-    return sum(math.prod(resolve_shape(a.shape, sizes)) * _DTYPE_BYTES[a.dtype]
-               for a in op.args if a.role != "scalar")
+def case_bytes(case: Case) -> int:
+    """The most bytes one machine must hold to run ``case`` (``harness.memory_plan``, golden in fp32)."""
+    return memory_plan.plan(case).total
+
+
+def machine_bound() -> int:
+    """The most a case may need: the bigger of this host's total memory and ``MAX_CASE_BYTES``,
+    more than any accelerator holds (a case past it could run nowhere)."""
+    return max(MAX_CASE_BYTES, host_total())
+
+
+@functools.lru_cache(maxsize=1)   # asked per case; a host's total memory does not change
+def host_total() -> int:
+    """This host's MemTotal in bytes; 0 where it cannot be read."""
+    host = host_memory()
+    return host.total if host else 0
 
 
 def _size_of(parsed: Any, page_size: int) -> float:

@@ -8,6 +8,7 @@ from harness.case import GEOMETRY_FIELDS, PRESETS, Case, Geometry, SeqLens, Slot
 from harness.casefiles.located import did_you_mean
 from harness.cli.common import EXIT_OK
 from harness.errors import UsageError
+from harness.memory_plan import human_bytes, plan
 from harness.ops import OPS
 
 # Not a Geometry field: every sequence this long, which sizes MB, max_pos, N and T.
@@ -18,20 +19,47 @@ def cmd_ops(args) -> int:
     if args.op is not None and args.op not in OPS:
         raise UsageError(f"unknown op '{args.op}'{did_you_mean(args.op, OPS)} (ops: {', '.join(OPS)})")
     sizes = parse_geometry(args.geometry) if args.geometry else None
+    case = _sized_case(*_geometry(args.geometry)) if args.geometry else None
     for i, op in enumerate([args.op] if args.op else OPS):
         rows = contract_rows(op, sizes)
         if args.markdown:
             print(*([""] if i else []), f"### `{op}`", "", *markdown_table(rows), sep="\n")
         else:
             print(*([""] if i else []), op, *text_table(rows), sep="\n")
+        if case is not None:
+            print("", memory_line(dataclasses.replace(case, op=op)), sep="\n")
     if sizes is not None and "T" not in sizes:
         print(f"\nMB, max_pos, N and T depend on the case's sequence lengths: add {SEQ_LEN}=N to size them "
-              f"for sequences of N tokens (one chunk)")
+              f"(and plan the memory) for sequences of N tokens (one chunk)")
     return EXIT_OK
 
 
 def parse_geometry(text: str) -> dict[str, int]:
     """``PRESET[,field=value...][,seq_len=N]`` → the shape sizes ``harness/worker/inputs.py`` would use."""
+    geo, seq_len = _geometry(text)
+    if seq_len is None:
+        return shape_sizes(geo, num_pages=geo.num_pages)
+    return _sized_case(geo, seq_len).sizes(rows=geo.batch * seq_len)
+
+
+def memory_line(case: Case) -> str:
+    """The case's memory plan in one line (docs/cases.md, "Memory plan")."""
+    p = plan(case)
+    return (f"memory plan: {human_bytes(p.device_bytes('cpu'))} on cpu; on an accelerator "
+            f"{human_bytes(p.device_bytes('cuda'))} on the device and {human_bytes(p.host_bytes('cuda'))} on the host "
+            f"(caches {human_bytes(p.caches)}, inputs {human_bytes(p.inputs)}, "
+            f"golden {human_bytes(p.golden + p.golden_working)})")
+
+
+def _sized_case(geo: Geometry, seq_len: int | None) -> Case | None:
+    """A case whose every sequence is seq_len tokens, prefilled in one chunk; None without seq_len."""
+    if seq_len is None:
+        return None
+    return Case(case_id="", matrix="", source="", op="", kernel="", geometry=geo,
+                seq_lens=SeqLens("const", (int(seq_len),)), slot_mode=SlotMode("arange"), seed=0)
+
+
+def _geometry(text: str) -> tuple[Geometry, int | None]:
     name, *overrides = [part.strip() for part in text.split(",")]
     if name not in PRESETS:
         raise UsageError(f"--geometry: unknown geometry '{name}'{did_you_mean(name, PRESETS)} "
@@ -53,10 +81,4 @@ def parse_geometry(text: str) -> dict[str, int]:
         if values[key] <= 0:
             raise UsageError(f"--geometry: {key} must be positive, got {raw}")
     seq_len = values.pop(SEQ_LEN, None)
-    geo = dataclasses.replace(PRESETS[name], **values)
-    if seq_len is None:
-        return shape_sizes(geo, num_pages=geo.num_pages)
-    # The sizes of a case whose every sequence is seq_len tokens, prefilled in one chunk.
-    case = Case(case_id="", matrix="", source="", op="", kernel="", geometry=geo,
-                seq_lens=SeqLens("const", (int(seq_len),)), slot_mode=SlotMode("arange"), seed=0)
-    return case.sizes(rows=geo.batch * int(seq_len))
+    return dataclasses.replace(PRESETS[name], **values), None if seq_len is None else int(seq_len)

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from harness.case import Case
-from harness.devices import Device
+from harness.devices import Device, Memory, accelerator_memory, host_memory
+from harness.memory_plan import fit_problem, plan
 from harness.outcomes import Outcome, Result
 from harness.run.golden_process import GoldenProcess
-from harness.run.pool import DeviceWorker, WorkerOptions, case_fields, log_name
+from harness.run.pool import DeviceWorker, WorkerOptions, case_fields, log_name, worker_env
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class Engine:
         self._lock = threading.Lock()
         self._baselines: Path | None = None
         self._baselines_lock = threading.Lock()
+        self._accelerators: dict[Device, Memory | None] | None = None
+        self._accelerators_lock = threading.Lock()
 
     def close(self) -> None:
         for w in self.workers:
@@ -84,9 +87,20 @@ class Engine:
         stem = log_name(case.case_id, 0).removesuffix(".r0.log")
         return self._baselines / f"{stem}.s{case.seed}.{str(device).replace(':', '')}.safetensors"
 
+    def memory_skip_reason(self, case: Case, device: Device) -> str | None:
+        """Why ``case`` cannot fit ``device`` (its memory plan against what is free), before it is sent."""
+        host = host_memory()
+        if device.kind == "cpu":
+            return fit_problem(plan(case, self.options.worker.golden_dtype), device, host, host)
+        with self._accelerators_lock:   # asked once per run, before the workers allocate
+            if self._accelerators is None:
+                self._accelerators = accelerator_memory(self.options.devices, worker_env(self.options.worker, {}))
+        return fit_problem(plan(case, self.options.worker.golden_dtype), device, self._accelerators.get(device), host)
+
     def _run_on(self, worker: DeviceWorker, p: Planned) -> Result:
         case, repeat = p.case, p.repeat
-        reason = tier_skip_reason(case, worker.device, self.options.run_device_tier_on_cpu)
+        reason = (tier_skip_reason(case, worker.device, self.options.run_device_tier_on_cpu)
+                  or self.memory_skip_reason(case, worker.device))
         if reason:
             return Result(outcome=Outcome.SKIPPED, summary=reason, **case_fields(case, repeat, worker.device, None))
         log = self.options.worker.log_dir / log_name(case.case_id, repeat)

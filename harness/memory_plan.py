@@ -1,0 +1,192 @@
+"""A case's memory, estimated from its geometry before anything is allocated (docs/cases.md, "Memory plan").
+
+Pure arithmetic over ``harness/ops.py`` and ``harness/case.py``: no torch, so the front end
+can refuse a case no machine holds when the matrix is expanded, and skip one the device it
+is scheduled on cannot hold, before a worker allocates a byte.  The parts follow what the
+worker does with one case:
+
+  inputs       read-only arguments, generated on the host (``harness/worker/inputs.py``)
+  caches       the paged KV caches in their pre-launch state, generated on the host
+  outputs      the poisoned output buffers
+  guard_bands  the bands around every writable buffer (``harness/worker/launch.py``)
+  pristine     the input guard's copy of every read-only input (``harness/worker/input_guard.py``)
+  golden       the golden's results (with their ``@exact`` twins and the golden cache's copy),
+               computed on the host in fp32 or fp64 (``goldens/``), and its peak working set
+  generation   the biggest transient of input generation (a weight drawn in fp32, then rounded)
+  checks       the biggest transient of the checks (which cache rows changed: one bool each)
+
+On an accelerator the device holds the launch (inputs, pristine, caches, guards, outputs)
+and the host holds the generated inputs and caches, the golden, and the buffers copied back.
+On the CPU the two are one memory: the kernel gets the generated inputs themselves, and the
+caches a guarded copy.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from harness.case import Case
+from harness.devices import Device, Memory
+from harness.ops import OPS, OpSpec, resolve_shape
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "int32": 4}
+GOLDEN_DTYPE_BYTES = {"fp32": 4, "fp64": 8}
+# The goldens' block sizes (goldens/common.py QUERY_BLOCK, goldens/decode_layers.py LM_HEAD_ROWS),
+# restated here because the goldens import torch; a unit test holds them equal.
+GOLDEN_QUERY_BLOCK = 256
+GOLDEN_LM_HEAD_ROWS = 16384
+# launch.py's smallest guard band, each side of every writable buffer.
+MIN_GUARD_BYTES = 4096
+# Ops whose golden also returns the ``@exact`` reading (goldens' ROUNDING_CHANGES).
+_EXACT_TWIN = {"fused_rope_decode_attention", "prefill_attention", "decode_layers"}
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Bytes per part of one case (see the module docstring); ``host``/``device`` per device kind."""
+
+    inputs: int
+    caches: int
+    outputs: int
+    guard_bands: int
+    pristine: int
+    golden: int            # the golden's results, their @exact twins and the golden cache's copy: held to the end
+    golden_working: int    # the golden's peak temporaries while it computes
+    generation: int        # input generation's biggest temporary
+    checks: int            # the checks' biggest temporary (a cache-sized mask of changed rows)
+
+    @property
+    def launch(self) -> int:
+        """What the kernel's device holds during the launch."""
+        return self.inputs + self.pristine + self.caches + self.guard_bands + self.outputs
+
+    @property
+    def transient(self) -> int:
+        """The host's biggest temporary (generation, the golden and the checks run one after another),
+        and an eighth of the held bytes for the small temporaries not itemised (measured: the
+        itemised parts come within 1% of the peak on the CPU)."""
+        held = self.launch + self.caches + self.golden
+        return max(self.golden_working, self.generation, self.checks) + held // 8
+
+    def device_bytes(self, kind: str) -> int:
+        """Peak bytes on the device the case runs on (``cpu``: the whole case, host included)."""
+        if kind == "cpu":   # generated inputs are handed over as they are; caches get a guarded copy
+            return self.launch + self.caches + self.golden + self.transient
+        return self.launch
+
+    def host_bytes(self, kind: str) -> int:
+        """Peak bytes on the host; for ``cpu`` the same figure as ``device_bytes``."""
+        if kind == "cpu":
+            return self.device_bytes(kind)
+        # generated inputs and caches, the golden, and the outputs and caches copied back
+        return self.inputs + 2 * self.caches + self.outputs + self.golden + self.transient
+
+    @property
+    def total(self) -> int:
+        """The most any one machine must hold to run the case, wherever it runs."""
+        return max(self.device_bytes("cpu"), self.device_bytes("npu"), self.host_bytes("npu"))
+
+    def parts(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def rows_bound(case: Case) -> int:
+    """Rows one launch writes: ``B`` for decode ops, an upper bound on prefill's ``T`` (every
+    sequence at its longest chunk)."""
+    longest = case.seq_lens.max_len(case.geometry.page_size)
+    if case.op != "prefill_attention":
+        return case.geometry.batch
+    return case.geometry.batch * min(case.chunk_size or longest, longest)
+
+
+def plan(case: Case, golden_dtype: str = "fp32") -> MemoryPlan:
+    """The memory plan of ``case`` (its op from ``harness/ops.py``), its golden in ``golden_dtype``."""
+    op = OPS[case.op]
+    sizes = case.sizes(rows_bound(case))
+
+    def numel(arg) -> int:
+        return math.prod(resolve_shape(arg.shape, sizes))
+
+    inputs = sum(numel(a) * DTYPE_BYTES[a.dtype] for a in op.by_role("input"))
+    g = GOLDEN_DTYPE_BYTES[golden_dtype]
+    return MemoryPlan(
+        inputs=inputs,
+        caches=sum(numel(a) * DTYPE_BYTES[a.dtype] for a in op.caches),
+        outputs=sum(numel(a) * DTYPE_BYTES[a.dtype] for a in op.outputs),
+        guard_bands=2 * sum(_guard_bytes(a, sizes) for a in op.caches + op.outputs),
+        pristine=inputs,
+        golden=_golden_results(case, op, sizes, g),
+        golden_working=_golden_working(case, sizes, g),
+        generation=4 * max((numel(a) for a in op.by_role("input")), default=0),   # drawn in fp32
+        checks=max((numel(a) for a in op.caches), default=0),                     # one bool per element
+    )
+
+
+def _guard_bytes(arg, sizes: dict[str, int]) -> int:
+    """One side's band, as launch.py sizes it: caches at least one page of rows."""
+    if arg.role != "cache":
+        return MIN_GUARD_BYTES
+    return max(MIN_GUARD_BYTES, math.prod(resolve_shape(arg.shape, sizes)[-3:]) * DTYPE_BYTES[arg.dtype])
+
+
+def _golden_results(case: Case, op: OpSpec, s: dict[str, int], g: int) -> int:
+    """Every output in the golden dtype, the k/v rows the op writes, the ``@exact`` twins, and
+    the copy the golden cache keeps in memory."""
+    results = sum(math.prod(resolve_shape(a.shape, s)) for a in op.outputs) * g
+    if op.writes_cache:
+        written = s["L"] * s["B"] if case.op == "decode_layers" else rows_bound(case)
+        results += 2 * written * s["Hkv"] * s["D"] * g
+    if case.op in _EXACT_TWIN:
+        results *= 2
+    return 2 * results
+
+
+def _golden_working(case: Case, s: dict[str, int], g: int) -> int:
+    """The golden's peak temporaries (goldens/), ``g`` bytes per element.
+
+    The prologue holds q, k, v and their normed and rotated forms (prefill: one sequence's
+    chunk at a time); attention gathers one sequence's keys and values (bf16, upcast, joined
+    with the fresh row) and holds two score matrices at once (each step makes the next);
+    ``decode_layers`` upcasts every layer weight once, the LM head a block of rows at a time,
+    and holds the MLP's activations.
+    """
+    Hq, Hkv, D, B = s["Hq"], s["Hkv"], s["D"], s["B"]
+    heads = Hq + 2 * Hkv
+    rows = rows_bound(case) // B if case.op == "prefill_attention" else B
+    context = case.max_pos
+    queries = min(GOLDEN_QUERY_BLOCK, rows) if case.op == "prefill_attention" else 1
+    working = (rows * (3 * heads * D + 2 * D) * g
+               + 2 * context * Hkv * D * (2 + 2 * g)
+               + queries * context * (2 * Hq * g + 1))
+    if case.op == "decode_layers":
+        H, inter, V = s["H"], s["I"], s["V"]
+        weights = (H * heads * D + Hq * D * H + 3 * H * inter + 5 * H) * g
+        lm_head = min(V, GOLDEN_LM_HEAD_ROWS) * H * g + 2 * B * V * g
+        working += weights + lm_head + B * (3 * inter + 4 * H) * g
+    return working
+
+
+def human_bytes(n: int) -> str:
+    """``343 GB``, ``1.2 MB``: decimal units, three significant figures; any int (no float overflow)."""
+    for unit, scale in (("EB", 10**18), ("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6),
+                        ("kB", 10**3)):
+        if n >= scale:
+            whole = n // scale
+            if whole >= 10**6:       # past float range for the hugest geometries: digits, not float
+                digits = str(whole)
+                return f"{digits[0]}.{digits[1:3]}e{len(digits) - 1} {unit}"
+            return f"{n / scale:.3g} {unit}" if whole < 1000 else f"{whole} {unit}"
+    return f"{n} B"
+
+
+def fit_problem(plan: MemoryPlan, device: Device, on_device: Memory | None, on_host: Memory | None) -> str | None:
+    """Why ``plan`` cannot run on ``device`` now (``needs 343 GB; cpu has 23 GB available``), or None.
+    A memory with no figure (None) is not held against the case."""
+    checks = [(str(device), plan.device_bytes(device.kind), on_device)]
+    if device.kind != "cpu":
+        checks.append(("the host", plan.host_bytes(device.kind), on_host))
+    for where, need, memory in checks:
+        if memory is not None and need > memory.available:
+            place = "" if device.kind == "cpu" else f" on {where}"
+            return f"needs {human_bytes(need)}{place}; {where} has {human_bytes(memory.available)} available"
+    return None
