@@ -184,6 +184,10 @@ class WorkerProcess:
     name: str                      # the owning DeviceWorker's, for the trace
     sentinel: int | None = None    # readable once the process has ended (None: poll it)
     own_sentinel: bool = False     # a pidfd this side opened, closed with the process
+    # stop() may come from two threads at once (a run closing while a request waits on the process):
+    # the pipe and the pidfd must be closed once, or the second close may hit a reused descriptor.
+    _stopping: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stopped: bool = False
 
     def send(self, message: protocol.Message) -> None:
         size = protocol.send(self.conn, message)
@@ -211,6 +215,12 @@ class WorkerProcess:
             multiprocessing.connection.wait(waits, left if self.sentinel is not None else min(left, _DEATH_POLL_S))
 
     def stop(self, force: bool = False) -> None:
+        with self._stopping:
+            if not self._stopped:
+                self._stopped = True
+                self._stop(force)
+
+    def _stop(self, force: bool) -> None:
         try:
             if not force and self.proc.poll() is None:
                 try:

@@ -71,7 +71,10 @@ def fork_then_segfault(**args):
 
 def writes_garbage(**args):
     out = _reference(**args)
-    for fd in range(1, 21):
+    # every descriptor it holds, whatever number the worker's pipe got (/proc lists them)
+    for fd in sorted(int(name) for name in os.listdir("/proc/self/fd")):
+        if fd == 0:
+            continue
         try:
             os.write(fd, b"\xff\xfegarbage from a kernel\n" * 4)
         except OSError:
