@@ -108,6 +108,19 @@ def _hash_tiles(ws: _Workspace, tile: int, keys: tuple[int, int]) -> torch.Tenso
     return ws.index
 
 
+def _hash_elements(offsets: torch.Tensor, tile: int, keys: tuple[int, int]) -> torch.Tensor:
+    """The table indices ``_hash_tiles`` gives at these element offsets of a run from ``tile``
+    (the same words, the same mix), computed for those elements alone."""
+    in_tile = offsets % _TILE_ELEMS
+    x = (offsets // _TILE_ELEMS) * TILE_WORDS + in_tile % TILE_WORDS + (tile * TILE_WORDS + keys[0])
+    x = (x * _M1).bitwise_and_(_MASK32)
+    x.bitwise_xor_(torch.bitwise_right_shift(x, 15))
+    x.bitwise_xor_(keys[1])
+    x = (x * _M2).bitwise_and_(_MASK32)
+    x.bitwise_xor_(torch.bitwise_right_shift(x, 16))
+    return torch.where(in_tile < TILE_WORDS, x.bitwise_and(0xFFFF), torch.bitwise_right_shift(x, 16))
+
+
 def _runs(first: int, n: int, tiles_per_run: int):
     """(block, tile, tiles): runs of whole tiles, within one block, covering elements first .. first+n."""
     tile_start = first // _TILE_ELEMS
@@ -121,13 +134,21 @@ def _runs(first: int, n: int, tiles_per_run: int):
         t += count
 
 
+_TILES_PER_THREAD = 8
+
+
 def _fill_run(out: torch.Tensor, key: bytes, first: int, values: torch.Tensor, run: tuple[int, int, int],
               tiles_per_run: int) -> None:
     block, tile, tiles = run
-    index = _hash_tiles(_workspace(tiles_per_run, out.device), tile, _round_keys(key, block))
+    keys = _round_keys(key, block)
     start = block * _BLOCK_ELEMS + tile * _TILE_ELEMS        # stream index of the run's first element
     end = start + tiles * _TILE_ELEMS
     lo, hi = max(start, first), min(end, first + out.numel())
+    if (hi - lo) * 4 < end - start:   # a small tensor: hash only its elements, not whole tiles
+        offsets = torch.arange(lo - start, hi - start, dtype=torch.int64, device=out.device)
+        out[lo - first:hi - first] = values[_hash_elements(offsets, tile, keys)]
+        return
+    index = _hash_tiles(_workspace(tiles_per_run, out.device), tile, keys)
     if (lo, hi) == (start, end):
         torch.index_select(values, 0, index[:end - start], out=out[lo - first:hi - first])
     else:                         # tiles the request only partly covers
@@ -146,7 +167,10 @@ def fill(out: torch.Tensor, seed: int, name: str, kind: str,
             for start, count in (segments if segments is not None else [(0, flat.numel())]) if count > 0
             for run in _runs(start, count, tiles)]
     threads = torch.get_num_threads()
-    workers = min(threads, len(jobs)) if out.device.type == "cpu" else 1
+    # a pool only pays for itself over many tiles: starting one per small tensor cost a tiny case
+    # 6x its generation time (each job writes its own slice, so the bytes are the same either way)
+    elements = sum(target.numel() for target, _, _ in jobs)
+    workers = min(threads, elements // (_TILES_PER_THREAD * _TILE_ELEMS)) if out.device.type == "cpu" else 1
     if workers <= 1:
         for target, start, run in jobs:
             _fill_run(target, key, start, values, run, tiles)

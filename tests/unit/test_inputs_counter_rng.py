@@ -156,3 +156,19 @@ def test_every_op_reports_its_inputs_digest(op):
                    chunk_size=8 if op == "prefill_attention" else None)
     ci = generate(case)
     assert digest_inputs(ci.op, ci.args).nbytes > 0
+
+
+def test_a_small_tensor_hashed_alone_gets_the_bytes_of_whole_tiles():
+    """Small tensors hash only their own elements (a tiny case paid for whole 64 Ki-element tiles):
+    the indices must be those whole tiles give, on a CPU run of one tile and a device run of four."""
+    keys = counter_rng._round_keys(counter_rng.stream_key(3, "y"), 0)
+    tile = counter_rng._TILE_ELEMS
+    for tiles in (1, 4):
+        whole = counter_rng._hash_tiles(counter_rng._workspace(tiles, torch.device("cpu")), 8, keys)
+        alone = counter_rng._hash_elements(torch.arange(tiles * tile), 8, keys)
+        assert torch.equal(alone, whole[:tiles * tile])
+    big = counter_rng.draw(7, "x", (3 * tile,), "normal", torch.float32)
+    for first, count in ((0, 1), (5, 100), (tile - 3, 7), (2 * tile + 11, tile // 5)):
+        out = torch.zeros(3 * tile)
+        counter_rng.fill(out, 7, "x", "normal", [(first, count)])
+        assert torch.equal(out[first:first + count], big[first:first + count])
