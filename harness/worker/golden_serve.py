@@ -67,17 +67,9 @@ def serve(conn: Connection, cache_dir: str) -> int:
 
 def forked_main(conn: Connection, cache_dir: str, env: dict[str, str], log_path: str, front_end_pid: int) -> None:
     """Entry point when forked from the CPU zygote: its own session, log, environment and lifeline."""
-    from harness.worker.serve import release_zygote, lifeline
+    from harness.worker.serve import become_forked_child
 
-    os.setsid()
-    release_zygote()
-    lifeline(front_end_pid)
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    os.environ.clear()
-    os.environ.update(env)
+    become_forked_child(env, log_path, front_end_pid)
     sys.exit(serve(conn, cache_dir))
 
 

@@ -157,13 +157,10 @@ def release_zygote() -> None:
         server._forkserver_alive_fd = None
 
 
-def forked_main(conn: Connection, device_text: str, golden_dtype: str,
-                env: dict[str, str], log_path: str, front_end_pid: int) -> None:
-    """Entry point of a worker forked from the CPU zygote (``pool.ZYGOTE_PRELOAD`` imported, nothing run).
-
-    Takes on what a spawned worker gets from its command line and environment: its own
-    session, its log as stdout/stderr, the run's environment and PYTHONPATH, its lifeline.
-    """
+def become_forked_child(env: dict[str, str], log_path: str, front_end_pid: int) -> None:
+    """What a process forked from the CPU zygote takes on before its loop (a device worker or the
+    golden process): its own session, the zygote let go, its lifeline, its log as stdout/stderr
+    and its environment."""
     os.setsid()
     release_zygote()
     lifeline(front_end_pid)
@@ -173,6 +170,16 @@ def forked_main(conn: Connection, device_text: str, golden_dtype: str,
     os.close(fd)
     os.environ.clear()
     os.environ.update(env)
+
+
+def forked_main(conn: Connection, device_text: str, golden_dtype: str,
+                env: dict[str, str], log_path: str, front_end_pid: int) -> None:
+    """Entry point of a worker forked from the CPU zygote (``pool.ZYGOTE_PRELOAD`` imported, nothing run).
+
+    Takes on what a spawned worker gets from its command line and environment: its own
+    session, its log as stdout/stderr, the run's environment and PYTHONPATH, its lifeline.
+    """
+    become_forked_child(env, log_path, front_end_pid)
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))    # as a fresh interpreter reads it
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:0] = [p for p in paths if p not in sys.path]
