@@ -13,7 +13,7 @@ import time
 import pytest
 
 from gitrepo import SEED_ENV, git, make_kernel_repo
-from helpers import ROOT, finished_bisect_steps, run_harness
+from helpers import ROOT, run_harness
 
 ENV_TEMPLATE = "PYTHONPATH={worktree}/python:{PYTHONPATH}"
 
@@ -94,6 +94,16 @@ def test_bad_refs_are_refused_before_anything_runs(tmp_path, ref, needle):
 
 
 
+def _saved_steps(store) -> int:
+    """Steps in the stored bisect's saved state (0 until there is one)."""
+    try:
+        with sqlite3.connect(store) as conn:
+            row = conn.execute("SELECT extra FROM runs WHERE kind = 'bisect'").fetchone()
+    except sqlite3.Error:
+        return 0
+    return len(json.loads(row[0] or "{}").get("bisect", {}).get("state", {}).get("steps", [])) if row else 0
+
+
 def test_bisect_finds_a_flaky_culprit_and_resumes_after_a_kill(tmp_path, golden_cache_dir, counter_env):
     culprit = random.Random(7).randrange(3, 30)          # "a random commit", fixed for the test's sake
     info = make_kernel_repo(tmp_path / "kpkg", n_commits=33, culprit=culprit, fail_p=0.5, broken_build=culprit - 2)
@@ -109,7 +119,9 @@ def test_bisect_finds_a_flaky_culprit_and_resumes_after_a_kill(tmp_path, golden_
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 240
-        while finished_bisect_steps(store) < 6 and proc.poll() is None and time.monotonic() < deadline:
+        # the bisect's saved state, not the finished step rows: a step's run is finished a moment
+        # before the state that counts it is saved, and a kill in between left one step fewer
+        while _saved_steps(store) < 6 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proc.poll() is None, "the bisect ended before it could be interrupted:\n" + proc.stdout.read()
     finally:

@@ -60,7 +60,7 @@ def test_a_fix_with_one_near_tie_in_five_is_clean(tmp_path, golden_cache_dir):
     (tmp_path / "case.yaml").write_text(NEAR_TIE_CASE)
     (tmp_path / "kern").mkdir()
     (tmp_path / "kern" / "near_tie_fix.py").write_text(NEAR_TIE_KERNEL)
-    proc = run_harness("flake", str(tmp_path / "case.yaml"), "--repeat", "5", "--seeds", "fresh",
+    proc = run_harness("flake", str(tmp_path / "case.yaml"), "--repeat", "5", "--seeds", "fresh", "--hunt-seed", "0",
                        "--kernel-path", str(tmp_path / "kern"), "--kernel", "near_tie_fix",
                        "--golden-cache", str(golden_cache_dir), "--no-store", "--no-progress",
                        *_outputs(tmp_path, "fix"), cwd=tmp_path, env={"NEAR_TIE_CALLS": str(tmp_path / "calls")})
