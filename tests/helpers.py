@@ -38,3 +38,20 @@ def finished_bisect_steps(store: Path) -> int:
                                 ).fetchone()[0]
     except sqlite3.Error:
         return 0
+
+
+# Two audit matrices: one blind to writes for slot < 0 (no row has one), one that sees them (a warmup row).
+AUDIT_BLIND = """\
+name: blind
+op: rope_kv_write
+geometry: tiny
+matrix:
+  batch: [16]
+  seq_lens: ["const(5)"]
+  slot_mode: [arange]
+  seed: [0]
+"""
+AUDIT_SEES = AUDIT_BLIND + """\
+include:
+  - {name: warmup, batch: 16, seq_lens: "const(1)", slot_mode: "const(-1)", scratch_pages: 1, block_value: 0, seed: 1}
+"""

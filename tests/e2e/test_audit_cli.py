@@ -4,22 +4,8 @@ from __future__ import annotations
 
 import json
 
-from helpers import run_harness, write_case_file
+from helpers import AUDIT_BLIND as BLIND, AUDIT_SEES as SEES, run_harness, write_case_file
 
-BLIND = """\
-name: blind
-op: rope_kv_write
-geometry: tiny
-matrix:
-  batch: [16]
-  seq_lens: ["const(5)"]
-  slot_mode: [arange]
-  seed: [0]
-"""
-SEES = BLIND + """\
-include:
-  - {name: warmup, batch: 16, seq_lens: "const(1)", slot_mode: "const(-1)", scratch_pages: 1, block_value: 0, seed: 1}
-"""
 MUTANTS = "slot_minus_one_write,nan_element"
 
 

@@ -14,23 +14,9 @@ from harness.casefiles import load_paths
 from harness.outcomes import Outcome, Result
 from harness.reports.audit_text import kill_matrix, render_html, render_markdown, render_text
 
-from helpers import ROOT, write_case_file
+from helpers import AUDIT_BLIND as BLIND, AUDIT_SEES as SEES, ROOT, write_case_file
 
-BLIND = """\
-name: blind
-op: rope_kv_write
-geometry: tiny
-matrix:
-  batch: [16]
-  seq_lens: ["const(5)"]
-  slot_mode: [arange]
-  seed: [0]
-"""
 
-SEES = BLIND + """\
-include:
-  - {name: warmup, batch: 16, seq_lens: "const(1)", slot_mode: "const(-1)", scratch_pages: 1, block_value: 0, seed: 1}
-"""
 
 
 def _cases(tmp_path, text):

@@ -24,20 +24,6 @@ def case_inputs(seed: int = 1, op: str = OP):
                          PRESETS["tiny"], SeqLens("uniform", (1, 40)), SlotMode("arange"), seed))
 
 
-@pytest.fixture
-def counted(monkeypatch):
-    """Counts calls of the golden itself."""
-    calls = []
-    real = goldens.compute
-
-    def compute(op, inputs, dtype=torch.float32, **kwargs):
-        calls.append(op)
-        return real(op, inputs, dtype, **kwargs)
-
-    monkeypatch.setattr(goldens, "compute", compute)
-    return calls
-
-
 def assert_same(a: dict, b: dict) -> None:
     assert list(a) == list(b) or set(a) == set(b)
     for name in a:

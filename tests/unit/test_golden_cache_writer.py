@@ -23,19 +23,6 @@ def make_case(seed: int = 1) -> Case:
                 PRESETS["tiny"], SeqLens("uniform", (1, 40)), SlotMode("arange"), seed)
 
 
-@pytest.fixture
-def counted(monkeypatch):
-    calls = []
-    real = goldens.compute
-
-    def compute(op, inputs, dtype=torch.float32, **kwargs):
-        calls.append(op)
-        return real(op, inputs, dtype, **kwargs)
-
-    monkeypatch.setattr(goldens, "compute", compute)
-    return calls
-
-
 def test_ensure_computes_once_writes_its_pid_and_then_hits_without_inputs(tmp_path, counted):
     ci = generate(make_case())
     cache = GoldenCache(tmp_path)
