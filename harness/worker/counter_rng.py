@@ -1,48 +1,60 @@
 """Counter-based draws: every element a pure function of (seed, stream name, element index).
 
-No generator state, so any slice of a tensor can be drawn alone (chunks, threads, devices)
-and gives the same bytes.  Only exactly specified operations touch the data: int64 add,
-xor, shift, and, and multiplies whose products stay below 2**63 (32-bit values times
-31-bit constants), then a lookup into a 65536-entry table built on the host.  So the CPU,
-CUDA and NPU produce identical bytes; the one transcendental (the normal quantiles) runs
-once, on the host, in float64.
+No generator state, so any slice of a tensor can be drawn alone (segments, devices,
+thread counts) and gives the same bytes.  Only exactly specified operations touch the
+data: int64 add, xor, shift, and, multiplies whose products stay below 2**63 (32-bit
+values times 31-bit constants), lookups and copies.  So the CPU, CUDA and NPU produce
+identical bytes; the one transcendental (the normal quantiles) runs once, on the host,
+in float64, into a 65536-entry table.
 
-Layout: a stream is cut into blocks of ``2 * BLOCK_WORDS`` elements, each with two
-round keys derived on the host (blake2b of seed, stream name, block).  A block is
-cut into tiles of ``2 * TILE_WORDS`` elements: tile ``s`` hashes its words
-``s*TILE_WORDS ..`` (word index within the block) once, and the low 16 bits of each hash
-are the tile's first half of elements, the high 16 bits its second half.  The hash is a
-lowbias32-style xorshift-multiply with a key added before the first round and xored
-before the second, so no stream is a shifted or xored copy of another.
+Two levels, so that a large tensor costs about one copy of its bytes:
+
+- a stream's **base**: ``BASE + WINDOW`` elements; base element ``b`` is the table
+  entry picked by 16 bits of a lowbias32-style hash of word ``b // 2`` (the low half
+  for even ``b``, the high half for odd), keyed by the stream;
+- element ``f`` of the stream is base element ``offset(f // WINDOW) + f % WINDOW``:
+  windows of ``WINDOW`` consecutive elements, each starting at an offset in
+  ``[0, BASE)`` hashed from the window's number with a second key.
+
+A large draw hashes the base once (about a million elements) and then copies one
+window per ``WINDOW`` elements (``index_select`` over the base's unfolded windows); a
+small draw hashes the base positions of its own elements only.  Both compute the same
+function.  Within a window the values are consecutive independent draws; two windows
+share values only where their offsets lie within ``WINDOW`` of each other, shifted.
 """
 from __future__ import annotations
 
 import hashlib
-import math
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 import torch
 
-VERSION = 1                     # part of every input spec: a change to the draws is a new golden key
-BLOCK_WORDS = 1 << 20           # words per round-key block
-TILE_WORDS = 1 << 15            # words per tile; 256 KiB of int64, which stays in a core's L2
-_BLOCK_ELEMS, _TILE_ELEMS = 2 * BLOCK_WORDS, 2 * TILE_WORDS
+VERSION = 2                     # part of every input spec: a change to the draws is a new golden key
+BASE = 1 << 20                  # window offsets range over the first BASE base elements
+WINDOW = 1 << 12                # elements per window; 8 KiB of bf16 copied per window
+_BASE_LEN = BASE + WINDOW       # a window starting at BASE - 1 still ends inside the base
+_MAX_WINDOWS = 1 << 31          # window numbers stay below 2**31, so the hash input fits 32 bits
 _MASK32 = 0xFFFF_FFFF
 _M1, _M2 = 0x7FEB352D, 0x046CA68B   # lowbias32's; < 2**31, so a 32-bit value times one fits in int64
-_DEVICE_TILES = BLOCK_WORDS // TILE_WORDS   # on an accelerator one launch per block: 1 Mi words
-
-
-def stream_key(seed: int, name: str) -> bytes:
-    return hashlib.blake2b(f"{seed}\x00{name}".encode(), digest_size=16).digest()
 
 
 @lru_cache(maxsize=4096)
-def _round_keys(key: bytes, block: int) -> tuple[int, int]:
-    """A 31-bit key added before the first round, a 32-bit one xored before the second."""
-    raw = hashlib.blake2b(key + block.to_bytes(8, "little"), digest_size=8).digest()
-    return int.from_bytes(raw[:4], "little") >> 1, int.from_bytes(raw[4:], "little")
+def stream_keys(seed: int, name: str) -> tuple[int, int, int, int]:
+    """(base add, base xor, window add, window xor): 31-, 32-, 31- and 32-bit keys of the stream."""
+    raw = hashlib.blake2b(f"{seed}\x00{name}".encode(), digest_size=16).digest()
+    words = [int.from_bytes(raw[i:i + 4], "little") for i in range(0, 16, 4)]
+    return words[0] >> 1, words[1], words[2] >> 1, words[3]
+
+
+def _mix(x: torch.Tensor, add: int, xor: int) -> torch.Tensor:
+    """lowbias32 with a key added before the first round and xored before the second, in
+    place on ``x`` (int64 values below 2**31); returns 32-bit values."""
+    x.add_(add).mul_(_M1).bitwise_and_(_MASK32)
+    x.bitwise_xor_(torch.bitwise_right_shift(x, 15))
+    x.bitwise_xor_(xor)
+    x.mul_(_M2).bitwise_and_(_MASK32)
+    x.bitwise_xor_(torch.bitwise_right_shift(x, 16))
+    return x
 
 
 # -- tables: the 16-bit draw u mapped to a value ----------------------------------------------
@@ -68,128 +80,71 @@ def table(kind: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return _device_tables[key]
 
 
-# -- words ---------------------------------------------------------------------------------------
+# -- the two levels ------------------------------------------------------------------------------
 
-class _Workspace:
-    """The temporaries of one run of ``tiles`` tiles, reused across runs by one thread."""
-
-    def __init__(self, tiles: int, device: torch.device):
-        self.tiles = tiles
-        self.base = torch.arange(tiles * TILE_WORDS, dtype=torch.int64, device=device)
-        self.x = torch.empty_like(self.base)
-        self.tmp = torch.empty_like(self.base)
-        self.index = torch.empty(2 * tiles * TILE_WORDS, dtype=torch.int64, device=device)
+def _base_draws(positions: torch.Tensor, keys: tuple[int, int, int, int]) -> torch.Tensor:
+    """The 16-bit draws (table indices) of these base positions."""
+    h = _mix(torch.bitwise_right_shift(positions, 1), keys[0], keys[1])
+    return torch.where(positions.bitwise_and(1).bool(), torch.bitwise_right_shift(h, 16), h.bitwise_and_(0xFFFF))
 
 
-_workspaces = threading.local()
+def _base(keys: tuple[int, int, int, int], values: torch.Tensor) -> torch.Tensor:
+    """Every base element of the stream, as values: hashed a word at a time, both halves used."""
+    words = _mix(torch.arange(_BASE_LEN // 2, dtype=torch.int64, device=values.device), keys[0], keys[1])
+    draws = torch.stack([words.bitwise_and(0xFFFF), torch.bitwise_right_shift(words, 16)], dim=1)
+    return values[draws.view(-1)]
 
 
-def _workspace(tiles: int, device: torch.device) -> _Workspace:
-    cache = _workspaces.__dict__.setdefault("by_device", {})
-    ws = cache.get((tiles, device))
-    if ws is None:
-        ws = cache[(tiles, device)] = _Workspace(tiles, device)
-    return ws
+def _offsets(first: int, last: int, keys: tuple[int, int, int, int], device: torch.device) -> torch.Tensor:
+    """Base offsets of windows ``first .. last - 1``."""
+    if last > _MAX_WINDOWS:
+        raise ValueError(f"a stream of more than {_MAX_WINDOWS * WINDOW} elements cannot be drawn")
+    return _mix(torch.arange(first, last, dtype=torch.int64, device=device), keys[2], keys[3]).bitwise_and_(BASE - 1)
 
 
-def _hash_tiles(ws: _Workspace, tile: int, keys: tuple[int, int]) -> torch.Tensor:
-    """The table indices of ``ws.tiles`` tiles from ``tile`` of a block: per tile, the low 16
-    bits of its word hashes, then the high 16 bits."""
-    x, tmp = ws.x, ws.tmp
-    torch.add(ws.base, tile * TILE_WORDS + keys[0], out=x)      # < 2**20 + 2**31: no mask needed
-    x.mul_(_M1).bitwise_and_(_MASK32)
-    x.bitwise_xor_(torch.bitwise_right_shift(x, 15, out=tmp))
-    x.bitwise_xor_(keys[1])
-    x.mul_(_M2).bitwise_and_(_MASK32)
-    x.bitwise_xor_(torch.bitwise_right_shift(x, 16, out=tmp))
-    halves = ws.index.view(ws.tiles, 2, TILE_WORDS)
-    torch.bitwise_and(x.view(ws.tiles, TILE_WORDS), 0xFFFF, out=halves[:, 0])
-    torch.bitwise_right_shift(x.view(ws.tiles, TILE_WORDS), 16, out=halves[:, 1])
-    return ws.index
+def _positions(start: int, count: int, keys: tuple[int, int, int, int], device: torch.device) -> torch.Tensor:
+    """Base positions of stream elements ``start .. start + count - 1``."""
+    f = torch.arange(start, start + count, dtype=torch.int64, device=device)
+    windows = torch.bitwise_right_shift(f, WINDOW.bit_length() - 1)
+    first = start // WINDOW
+    return _offsets(first, (start + count - 1) // WINDOW + 1, keys, device)[windows - first] + f.bitwise_and(WINDOW - 1)
 
 
-def _hash_elements(offsets: torch.Tensor, tile: int, keys: tuple[int, int]) -> torch.Tensor:
-    """The table indices ``_hash_tiles`` gives at these element offsets of a run from ``tile``
-    (the same words, the same mix), computed for those elements alone."""
-    in_tile = offsets % _TILE_ELEMS
-    x = (offsets // _TILE_ELEMS) * TILE_WORDS + in_tile % TILE_WORDS + (tile * TILE_WORDS + keys[0])
-    x = (x * _M1).bitwise_and_(_MASK32)
-    x.bitwise_xor_(torch.bitwise_right_shift(x, 15))
-    x.bitwise_xor_(keys[1])
-    x = (x * _M2).bitwise_and_(_MASK32)
-    x.bitwise_xor_(torch.bitwise_right_shift(x, 16))
-    return torch.where(in_tile < TILE_WORDS, x.bitwise_and(0xFFFF), torch.bitwise_right_shift(x, 16))
-
-
-def _runs(first: int, n: int, tiles_per_run: int):
-    """(block, tile, tiles): runs of whole tiles, within one block, covering elements first .. first+n."""
-    tile_start = first // _TILE_ELEMS
-    tile_end = -(-(first + n) // _TILE_ELEMS)
-    tiles_per_block = BLOCK_WORDS // TILE_WORDS
-    t = tile_start
-    while t < tile_end:
-        block, tile = divmod(t, tiles_per_block)
-        count = min(tiles_per_run, tiles_per_block - tile, tile_end - t)
-        yield block, tile, count
-        t += count
-
-
-_TILES_PER_THREAD = 8
-
-
-def _fill_run(out: torch.Tensor, key: bytes, first: int, values: torch.Tensor, run: tuple[int, int, int],
-              tiles_per_run: int) -> None:
-    block, tile, tiles = run
-    keys = _round_keys(key, block)
-    start = block * _BLOCK_ELEMS + tile * _TILE_ELEMS        # stream index of the run's first element
-    end = start + tiles * _TILE_ELEMS
-    lo, hi = max(start, first), min(end, first + out.numel())
-    if (hi - lo) * 4 < end - start:   # a small tensor: hash only its elements, not whole tiles
-        offsets = torch.arange(lo - start, hi - start, dtype=torch.int64, device=out.device)
-        out[lo - first:hi - first] = values[_hash_elements(offsets, tile, keys)]
+def _copy_windows(target: torch.Tensor, start: int, base: torch.Tensor, keys: tuple[int, int, int, int]) -> None:
+    """``target`` is stream elements ``start ..``: whole windows copied from the base, the
+    partial ones at either end gathered element by element."""
+    end = start + target.numel()
+    lo, hi = min(-(-start // WINDOW) * WINDOW, end), max(end // WINDOW * WINDOW, start)
+    if lo >= hi:                  # inside one window
+        target.copy_(base[_positions(start, end - start, keys, base.device)])
         return
-    index = _hash_tiles(_workspace(tiles_per_run, out.device), tile, keys)
-    if (lo, hi) == (start, end):
-        torch.index_select(values, 0, index[:end - start], out=out[lo - first:hi - first])
-    else:                         # tiles the request only partly covers
-        out[lo - first:hi - first] = values[index[lo - start:hi - start]]
+    if lo > start:
+        target[:lo - start] = base[_positions(start, lo - start, keys, base.device)]
+    windows = base.unfold(0, WINDOW, 1)                  # a view: row o is base[o : o + WINDOW]
+    torch.index_select(windows, 0, _offsets(lo // WINDOW, hi // WINDOW, keys, base.device),
+                       out=target[lo - start:hi - start].view(-1, WINDOW))
+    if hi < end:
+        target[hi - start:] = base[_positions(hi, end - hi, keys, base.device)]
 
 
 def fill(out: torch.Tensor, seed: int, name: str, kind: str,
          segments: list[tuple[int, int]] | None = None) -> torch.Tensor:
     """Write element ``f`` of stream (seed, name) into ``out.view(-1)[f]`` for every ``f`` in
     the ``(start, count)`` segments (default: all of ``out``).  ``kind``: ``normal`` (N(0, 1)
-    quantiles, |x| < 4.4) or ``uniform`` ([0, 1) in steps of 2**-16), rounded to out's dtype."""
+    quantiles, |x| < 4.4) or ``uniform`` ([0, 1) in steps of 2**-16), rounded to out's dtype.
+    Runs where ``out`` lives."""
     flat = out.view(-1)
-    key, values = stream_key(seed, name), table(kind, out.dtype, out.device)
-    tiles = tiles_per_run(out.device)
-    jobs = [(flat[start:start + count], start, run)
-            for start, count in (segments if segments is not None else [(0, flat.numel())]) if count > 0
-            for run in _runs(start, count, tiles)]
-    threads = torch.get_num_threads()
-    # a pool only pays for itself over many tiles: starting one per small tensor cost a tiny case
-    # 6x its generation time (each job writes its own slice, so the bytes are the same either way)
-    elements = sum(target.numel() for target, _, _ in jobs)
-    workers = min(threads, elements // (_TILES_PER_THREAD * _TILE_ELEMS)) if out.device.type == "cpu" else 1
-    if workers <= 1:
-        for target, start, run in jobs:
-            _fill_run(target, key, start, values, run, tiles)
+    keys, values = stream_keys(seed, name), table(kind, out.dtype, out.device)
+    wanted = [(start, count) for start, count in (segments if segments is not None else [(0, flat.numel())])
+              if count > 0]
+    if sum(count for _, count in wanted) >= _BASE_LEN:  # the base costs less than hashing every element
+        base = _base(keys, values)
+        for start, count in wanted:
+            _copy_windows(flat[start:start + count], start, base, keys)
         return out
-    # small ops on one core each, the pool spreads tiles over cores; torch's own threads
-    # would split these ops again and oversubscribe the cores meanwhile
-    torch.set_num_threads(1)
-    try:
-        with ThreadPoolExecutor(workers) as pool:
-            for _ in pool.map(lambda job: _fill_run(job[0], key, job[1], values, job[2], tiles), jobs, chunksize=8):
-                pass
-    finally:
-        torch.set_num_threads(threads)
+    for start, count in wanted:
+        flat[start:start + count] = values[_base_draws(_positions(start, count, keys, out.device), keys)]
     return out
-
-
-def tiles_per_run(device: torch.device) -> int:
-    """Tiles hashed per group of torch ops: one on the CPU (it stays in L2), a block elsewhere."""
-    return 1 if device.type == "cpu" else _DEVICE_TILES
 
 
 def draw(seed: int, name: str, shape: tuple[int, ...] | torch.Size, kind: str, dtype: torch.dtype,

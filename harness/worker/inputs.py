@@ -1,13 +1,17 @@
-"""One case's inputs, generated on the CPU from its seed (runs in the device worker).
+"""One case's inputs, generated from its seed on the device that runs the case (in the device
+worker) or on the host (the golden process).
 
 The same case always yields the same bytes, so goldens can be cached by the
 input spec, and a failing seed replays alone.  Every random value is a counter-based
 draw (``counter_rng``): a pure function of (seed, tensor name, element index), so
 the bytes do not depend on threads, chunking or the device that draws them.  The
 small integer choices (uniform sequence lengths, random page order, padded rows)
-come from one seeded ``torch.Generator``.  Caches come back in their pre-launch
-state: a random canary everywhere, valid context rows where the op reads them.
-Launch moves everything to the device afterwards.
+come from one seeded ``torch.Generator`` on the host, as do the RoPE tables (float64
+there, then rounded): they are small, and the host is where their bytes are defined.
+Everything else is drawn where the case runs, with operations whose results are exact
+on any device (see ``counter_rng``), so no cache crosses from the host.  Caches come
+back in their pre-launch state: a random canary everywhere, valid context rows where
+the op reads them.
 """
 from __future__ import annotations
 
@@ -67,7 +71,10 @@ def input_spec(case: Case) -> dict[str, Any]:
     }
 
 
-def generate(case: Case) -> CaseInputs:
+def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
+    """The case's inputs, drawn on ``device`` (same bytes on every device); ``slots``,
+    ``row_seq`` and ``sizes`` stay on the host."""
+    device = torch.device(device)
     g = torch.Generator().manual_seed(case.seed)
     geo = case.geometry
     op = OPS[case.op]
@@ -93,7 +100,8 @@ def generate(case: Case) -> CaseInputs:
     args: dict[str, Any] = {}
     for arg in op.args:
         if arg.role == "input":
-            args[arg.name] = _generate_input(arg.name, resolve_shape(arg.shape, sizes), DTYPES[arg.dtype], case.seed)
+            args[arg.name] = _generate_input(arg.name, resolve_shape(arg.shape, sizes), DTYPES[arg.dtype], case.seed,
+                                             device)
     rope_cos, rope_sin = rope_tables(case.max_pos, geo.head_dim, geo.rope_theta)
     derived = {
         "rope_cos": rope_cos,
@@ -106,7 +114,7 @@ def generate(case: Case) -> CaseInputs:
     if case.op == "prefill_attention":
         derived["cu_seqlens"] = torch.tensor([0, *itertools.accumulate(chunk)], dtype=torch.int32)
         derived["context_lens"] = torch.tensor(context, dtype=torch.int32)
-    args.update({name: value for name, value in derived.items() if name in args})
+    args.update({name: value.to(device) for name, value in derived.items() if name in args})
     if case.op == "decode_layers":
         _scale_decode_weights(args, case, seq_lens)
     for arg in op.by_role("scalar"):
@@ -114,7 +122,7 @@ def generate(case: Case) -> CaseInputs:
             "eps": geo.eps, "scale": 1.0 / math.sqrt(geo.head_dim), "num_layers": geo.num_layers,
         }[arg.name]
     for arg in op.caches:
-        args[arg.name] = _cache(arg.name, resolve_shape(arg.shape, sizes), block_table, filled, P, case.seed)
+        args[arg.name] = _cache(arg.name, resolve_shape(arg.shape, sizes), block_table, filled, P, case.seed, device)
 
     outputs = {a.name: (resolve_shape(a.shape, sizes), DTYPES[a.dtype]) for a in op.outputs}
     return CaseInputs(op, args, outputs, slots, row_seq, sizes, input_spec(case))
@@ -175,16 +183,17 @@ def _slots(case: Case, mapped: torch.Tensor, g: torch.Generator) -> torch.Tensor
     return mapped
 
 
-def _generate_input(name: str, shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+def _generate_input(name: str, shape: tuple[int, ...], dtype: torch.dtype, seed: int,
+                    device: torch.device) -> torch.Tensor:
     if dtype == torch.int32:
-        return torch.zeros(shape, dtype=dtype)            # indices are filled in by generate()
+        return torch.zeros(shape, dtype=dtype, device=device)   # indices are filled in by generate()
     if name.startswith("rope_"):
-        return torch.empty(shape, dtype=dtype)             # replaced by rope_tables()
+        return torch.empty(shape, dtype=dtype, device=device)   # replaced by rope_tables()
     if name == "inv_rms":
-        return counter_rng.draw(seed, name, shape, "uniform", torch.float32).add_(0.5)
+        return counter_rng.draw(seed, name, shape, "uniform", torch.float32, device).add_(0.5)
     if name.endswith("_weight"):                           # norm weights: near one, not one
-        return counter_rng.draw(seed, name, shape, "normal", torch.float32).mul_(0.1).add_(1.0).to(dtype)
-    values = counter_rng.draw(seed, name, shape, "normal", dtype)
+        return counter_rng.draw(seed, name, shape, "normal", torch.float32, device).mul_(0.1).add_(1.0).to(dtype)
+    values = counter_rng.draw(seed, name, shape, "normal", dtype, device)
     if name.startswith("w") or name == "lm_head":          # weights: fan-in scaled
         values.mul_(1.0 / math.sqrt(shape[0] if name != "lm_head" else shape[1]))
     return values
@@ -195,15 +204,16 @@ def _scale_decode_weights(args: dict[str, Any], case: Case, seq_lens: list[int])
 
     Attention averages about s/e value rows (N(0,1) softmax logits), shrinking its
     output by sqrt(e/s); ``wo`` gets that factor back.  The MLP's silu·up product
-    has RMS ≈ 0.6, so ``w_down`` gets 1/0.6.
+    has RMS ≈ 0.6, so ``w_down`` gets 1/0.6.  Multiplies by a Python float only: a
+    division by a scalar may become a multiply by its reciprocal on an accelerator.
     """
     typical = sum(seq_lens) / len(seq_lens)
     args["wo"] = (args["wo"].float() * max(1.0, math.sqrt(typical / math.e))).bfloat16()
-    args["w_down"] = (args["w_down"].float() / 0.6).bfloat16()
+    args["w_down"] = (args["w_down"].float() * (1 / 0.6)).bfloat16()
 
 
 def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled: list[int], P: int,
-           seed: int) -> torch.Tensor:
+           seed: int, device: torch.device) -> torch.Tensor:
     """Canary everywhere (values no valid row has), valid context where it is read.
 
     Sized for qwen3-14b (40 layers of [N, 128, 8, 128]): each byte is written once.
@@ -212,7 +222,7 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
     """
     row = math.prod(shape[-2:])                            # elements per cache row (one slot)
     rows = math.prod(shape[-4:-2])                         # slots per layer
-    cache = torch.empty(shape, dtype=torch.bfloat16)
+    cache = torch.empty(shape, dtype=torch.bfloat16, device=device)
     layers = cache.view(-1, rows * row)
     context = torch.zeros(rows, dtype=torch.bool)
     for b, count in enumerate(filled):
@@ -220,7 +230,7 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
             pos = torch.arange(count)
             context[block_table[b, pos // P].to(torch.int64) * P + pos % P] = True
     context_runs, canary_runs = _runs_of(context)
-    period = counter_rng.draw(seed, f"{name}.canary", (_CANARY_PERIOD,), "uniform", torch.float32)
+    period = counter_rng.draw(seed, f"{name}.canary", (_CANARY_PERIOD,), "uniform", torch.float32, device)
     period = period.mul_(512).floor_().mul_(0.125).sub_(32).bfloat16()   # [-32, 32) in steps of 1/8: exact
     tiled = period.repeat(_CANARY_TILES + 1)
     for layer_index, layer in enumerate(layers):

@@ -31,7 +31,11 @@ CACHE_WRITERS = ("rope_kv_write", "fused_rope_decode_attention", "prefill_attent
 # One bf16 ulp is 2^-7 relative at most; the naive math rounds at the same points
 # in fp64, so a value may land one ulp away where fp32 and fp64 round differently.
 BF16 = dict(atol=1e-5, rtol=8e-3)
-ATTN = dict(atol=1e-5, rtol=8e-3)      # bf16 output of fp32 attention vs fp64 from bf16 q/k/v: one ulp
+# bf16 output of fp32 attention vs fp64 from bf16 q/k/v: one ulp, plus an absolute term for
+# outputs near zero: where the kernel's fp32 q or k rounds to the other bf16 neighbour than
+# the naive fp64 one, a logit moves by ulp(q)*|k|*scale and the output by that times p*|v - out|
+# (seen up to 3e-5 beyond one ulp at seeds 0-5 of the prefill cases below)
+ATTN = dict(atol=1e-4, rtol=8e-3)
 
 
 # -- cases and launches ---------------------------------------------------------
