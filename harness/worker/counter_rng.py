@@ -63,20 +63,21 @@ def _mix(x: torch.Tensor, add: int, xor: int) -> torch.Tensor:
 def _host_table(kind: str) -> torch.Tensor:
     u = torch.arange(1 << 16, dtype=torch.float64)
     if kind == "normal":          # the quantile of the middle of each of 65536 equal-probability cells
-        return torch.special.ndtri((u + 0.5) / (1 << 16)).float()
-    if kind == "uniform":         # [0, 1) in steps of 2**-16, exact in float32
-        return (u / (1 << 16)).float()
+        return torch.special.ndtri((u + 0.5) / (1 << 16))
+    if kind == "uniform":         # [0, 1) in steps of 2**-16
+        return u / (1 << 16)
     raise ValueError(f"unknown table {kind!r}")
 
 
-_device_tables: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
+_device_tables: dict[tuple[str, torch.dtype, torch.device, float, float], torch.Tensor] = {}
 
 
-def table(kind: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The value table of ``kind`` in ``dtype`` on ``device`` (rounded once, on the host)."""
-    key = (kind, dtype, device)
+def table(kind: str, dtype: torch.dtype, device: torch.device, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+    """The value table of ``kind`` times ``scale`` plus ``shift``, in ``dtype`` on ``device``:
+    computed in float64 and rounded once, on the host, so a scaled draw costs no pass of its own."""
+    key = (kind, dtype, torch.device(device), scale, shift)
     if key not in _device_tables:
-        _device_tables[key] = _host_table(kind).to(dtype).to(device)
+        _device_tables[key] = (_host_table(kind) * scale + shift).to(dtype).to(device)
     return _device_tables[key]
 
 
@@ -128,13 +129,13 @@ def _copy_windows(target: torch.Tensor, start: int, base: torch.Tensor, keys: tu
 
 
 def fill(out: torch.Tensor, seed: int, name: str, kind: str,
-         segments: list[tuple[int, int]] | None = None) -> torch.Tensor:
+         segments: list[tuple[int, int]] | None = None, *, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
     """Write element ``f`` of stream (seed, name) into ``out.view(-1)[f]`` for every ``f`` in
     the ``(start, count)`` segments (default: all of ``out``).  ``kind``: ``normal`` (N(0, 1)
-    quantiles, |x| < 4.4) or ``uniform`` ([0, 1) in steps of 2**-16), rounded to out's dtype.
-    Runs where ``out`` lives."""
+    quantiles, |x| < 4.4) or ``uniform`` ([0, 1) in steps of 2**-16); times ``scale`` plus
+    ``shift``, rounded once to out's dtype.  Runs where ``out`` lives."""
     flat = out.view(-1)
-    keys, values = stream_keys(seed, name), table(kind, out.dtype, out.device)
+    keys, values = stream_keys(seed, name), table(kind, out.dtype, out.device, scale, shift)
     wanted = [(start, count) for start, count in (segments if segments is not None else [(0, flat.numel())])
               if count > 0]
     if sum(count for _, count in wanted) >= _BASE_LEN:  # the base costs less than hashing every element
@@ -148,6 +149,6 @@ def fill(out: torch.Tensor, seed: int, name: str, kind: str,
 
 
 def draw(seed: int, name: str, shape: tuple[int, ...] | torch.Size, kind: str, dtype: torch.dtype,
-         device: torch.device | str = "cpu") -> torch.Tensor:
+         device: torch.device | str = "cpu", *, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
     """A new tensor holding elements ``0 ..`` of stream (seed, name) (see ``fill``)."""
-    return fill(torch.empty(tuple(shape), dtype=dtype, device=device), seed, name, kind)
+    return fill(torch.empty(tuple(shape), dtype=dtype, device=device), seed, name, kind, scale=scale, shift=shift)

@@ -30,7 +30,7 @@ from harness.worker import counter_rng
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int32": torch.int32}
 _CANARY_PERIOD = 4093  # prime, so the pattern never lines up with rows or pages
-_CANARY_TILES = 16     # periods copied per slice of the canary
+_CANARY_REPEATS = -(-(_CANARY_PERIOD + counter_rng.WINDOW) // _CANARY_PERIOD)   # a window from any phase
 
 
 @dataclass
@@ -97,11 +97,12 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
     pages = block_table[row_seq, positions // P].to(torch.int64)
     slots = _slots(case, pages * P + positions % P, g)
 
+    gains = _decode_weight_gains(seq_lens) if case.op == "decode_layers" else {}
     args: dict[str, Any] = {}
     for arg in op.args:
         if arg.role == "input":
             args[arg.name] = _generate_input(arg.name, resolve_shape(arg.shape, sizes), DTYPES[arg.dtype], case.seed,
-                                             device)
+                                             device, gains.get(arg.name, 1.0))
     rope_cos, rope_sin = rope_tables(case.max_pos, geo.head_dim, geo.rope_theta)
     derived = {
         "rope_cos": rope_cos,
@@ -115,8 +116,6 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
         derived["cu_seqlens"] = torch.tensor([0, *itertools.accumulate(chunk)], dtype=torch.int32)
         derived["context_lens"] = torch.tensor(context, dtype=torch.int32)
     args.update({name: value.to(device) for name, value in derived.items() if name in args})
-    if case.op == "decode_layers":
-        _scale_decode_weights(args, case, seq_lens)
     for arg in op.by_role("scalar"):
         args[arg.name] = {
             "eps": geo.eps, "scale": 1.0 / math.sqrt(geo.head_dim), "num_layers": geo.num_layers,
@@ -184,32 +183,30 @@ def _slots(case: Case, mapped: torch.Tensor, g: torch.Generator) -> torch.Tensor
 
 
 def _generate_input(name: str, shape: tuple[int, ...], dtype: torch.dtype, seed: int,
-                    device: torch.device) -> torch.Tensor:
+                    device: torch.device, gain: float = 1.0) -> torch.Tensor:
+    """One input tensor; scales and shifts go into the draw's table (rounded once, no extra pass)."""
     if dtype == torch.int32:
         return torch.zeros(shape, dtype=dtype, device=device)   # indices are filled in by generate()
     if name.startswith("rope_"):
         return torch.empty(shape, dtype=dtype, device=device)   # replaced by rope_tables()
     if name == "inv_rms":
-        return counter_rng.draw(seed, name, shape, "uniform", torch.float32, device).add_(0.5)
+        return counter_rng.draw(seed, name, shape, "uniform", dtype, device, shift=0.5)
     if name.endswith("_weight"):                           # norm weights: near one, not one
-        return counter_rng.draw(seed, name, shape, "normal", torch.float32, device).mul_(0.1).add_(1.0).to(dtype)
-    values = counter_rng.draw(seed, name, shape, "normal", dtype, device)
+        return counter_rng.draw(seed, name, shape, "normal", dtype, device, scale=0.1, shift=1.0)
     if name.startswith("w") or name == "lm_head":          # weights: fan-in scaled
-        values.mul_(1.0 / math.sqrt(shape[0] if name != "lm_head" else shape[1]))
-    return values
+        gain /= math.sqrt(shape[0] if name != "lm_head" else shape[1])
+    return counter_rng.draw(seed, name, shape, "normal", dtype, device, scale=gain)
 
 
-def _scale_decode_weights(args: dict[str, Any], case: Case, seq_lens: list[int]) -> None:
+def _decode_weight_gains(seq_lens: list[int]) -> dict[str, float]:
     """Every sublayer must move the residual stream by O(1), so a broken attention cannot hide.
 
     Attention averages about s/e value rows (N(0,1) softmax logits), shrinking its
     output by sqrt(e/s); ``wo`` gets that factor back.  The MLP's silu·up product
-    has RMS ≈ 0.6, so ``w_down`` gets 1/0.6.  Multiplies by a Python float only: a
-    division by a scalar may become a multiply by its reciprocal on an accelerator.
+    has RMS ≈ 0.6, so ``w_down`` gets 1/0.6.
     """
     typical = sum(seq_lens) / len(seq_lens)
-    args["wo"] = (args["wo"].float() * max(1.0, math.sqrt(typical / math.e))).bfloat16()
-    args["w_down"] = (args["w_down"].float() * (1 / 0.6)).bfloat16()
+    return {"wo": max(1.0, math.sqrt(typical / math.e)), "w_down": 1 / 0.6}
 
 
 def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled: list[int], P: int,
@@ -232,7 +229,7 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
     context_runs, canary_runs = _runs_of(context)
     period = counter_rng.draw(seed, f"{name}.canary", (_CANARY_PERIOD,), "uniform", torch.float32, device)
     period = period.mul_(512).floor_().mul_(0.125).sub_(32).bfloat16()   # [-32, 32) in steps of 1/8: exact
-    tiled = period.repeat(_CANARY_TILES + 1)
+    tiled = period.repeat(_CANARY_REPEATS)
     for layer_index, layer in enumerate(layers):
         stream = name if len(shape) == 4 else f"{name}[{layer_index}]"
         counter_rng.fill(layer, seed, stream, "normal", [(start * row, count * row) for start, count in context_runs])
@@ -253,9 +250,12 @@ def _runs_of(mask: torch.Tensor) -> tuple[list[tuple[int, int]], list[tuple[int,
 
 
 def _tile_canary(target: torch.Tensor, first: int, tiled: torch.Tensor) -> None:
-    """``target[j] = canary[(first + j) % period]``, copied a slice of whole periods at a time."""
-    step = _CANARY_TILES * _CANARY_PERIOD
-    for at in range(0, target.numel(), step):
-        phase = (first + at) % _CANARY_PERIOD
-        count = min(step, target.numel() - at)
-        target[at:at + count] = tiled[phase:phase + count]
+    """``target[j] = canary[(first + j) % period]``: rows of ``counter_rng.WINDOW`` elements copied
+    in one ``index_select`` from the windows of ``tiled`` (the period repeated), the rest sliced."""
+    W = counter_rng.WINDOW
+    rows = target.numel() // W
+    if rows:
+        starts = (torch.arange(rows, dtype=torch.int64, device=tiled.device) * W + first) % _CANARY_PERIOD
+        torch.index_select(tiled.unfold(0, W, 1), 0, starts, out=target[:rows * W].view(rows, W))
+    phase, rest = (first + rows * W) % _CANARY_PERIOD, target.numel() - rows * W
+    target[rows * W:] = tiled[phase:phase + rest]

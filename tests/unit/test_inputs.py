@@ -295,6 +295,18 @@ def test_layered_caches_hold_context_in_every_layer():
     assert all(layer_rows[i, row].float().abs().mean() < 3 for i in range(3))
 
 
+
+@pytest.mark.parametrize("first,count", [(0, 1), (5, 100), (4090, 4096), (0, 3 * 4096 + 17), (12345, 5 * 4096)])
+def test_the_canary_repeats_its_period_from_the_element_it_starts_at(first, count):
+    # the bug this exists for: a window copied from the wrong phase (the canary shifted
+    # within a run, so one run's bytes depend on where another run ended)
+    from harness.worker import inputs as inputs_module
+    period = torch.arange(inputs_module._CANARY_PERIOD, dtype=torch.float32)
+    target = torch.full((count,), -1.0)
+    inputs_module._tile_canary(target, first, period.repeat(inputs_module._CANARY_REPEATS))
+    expected = period[(torch.arange(count) + first) % inputs_module._CANARY_PERIOD]
+    assert torch.equal(target, expected)
+
 # -- RoPE tables -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("theta", [10_000.0, 1_000_000.0])
