@@ -15,10 +15,18 @@ py() { python3 -m harness "$@" --device "$DEVICE" --no-progress --golden-cache "
 brief() { grep -E "^\[|cases:|^    " | grep -vE "^\[[0-9/]+\] (PASS|SKIPPED) " | cut -c1-160; }
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
 start=$(date +%s)
+# inputs: the same bytes (digest) on the host and the device, and the device's draw speed
+python3 bench/bench_device_inputs.py --device "$DEVICE" --layers 40 --repeats 2
 py run cases --tier ci --json "$OUT/tiny.json" | brief
 py run ci/bug-classes.yaml --kernel-path tests/kernels_under_test --json "$OUT/bugs.json" | brief
 py run cases/device/triton.yaml --json "$OUT/triton.json" | brief
 py run cases/device/qwen3-14b-decode.yaml --json "$OUT/qwen3-decode.json" | brief
 py run cases/device/qwen3-14b-layers.yaml -k "num_layers=40 and arange or warmup" --json "$OUT/qwen3-layers.json" | brief
+# the 40-layer case's breakdown: inputs, golden, launch, checks
+python3 -c 'import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    t = r.get("metrics", {}).get("timings", {})
+    print(r["case_id"], r["outcome"], " ".join(f"{k} {t[k]:.2f}" for k in ("inputs_s", "golden_s", "launch_s", "check_s") if k in t),
+          "digest", r.get("metrics", {}).get("inputs_digest"))' "$OUT/qwen3-layers.json"
 py run cases/device/qwen3-14b-prefill.yaml -k "batch=1 and chunk_size=512" --json "$OUT/qwen3-prefill.json" | brief
 echo "total $(( $(date +%s) - start )) s"
