@@ -66,6 +66,13 @@ _MESSAGE_S = 10.0           # a message whose first byte arrived is whole within
 _DEATH_POLL_S = 0.1         # where a process has no sentinel to wait on
 
 
+# OpenMP threads that spin while they wait for work: with the front end, the golden process,
+# a worker and anything else on the host sharing its cores, spinning threads take the cores
+# the working ones need (a 600 MB integer sum: 0.2 s alone, 7 s at load average 8 with two
+# spinning threads, 0.23 s with them sleeping).  A user's own setting wins.
+THREADING_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 @dataclass
 class WorkerOptions:
     log_dir: Path
@@ -77,7 +84,7 @@ class WorkerOptions:
     fork_cpu_workers: bool = True        # cpu workers forked from a preloaded zygote (see ZYGOTE_PRELOAD)
     max_log_bytes: int = LOG_CAP_BYTES   # each case log cut to its head and tail past this (logs.cap_log)
     rss_growth_warn_bytes: int = 1 << 30  # a worker whose RSS grew this much across cases: a warning
-    base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    base_env: dict[str, str] = field(default_factory=lambda: {**THREADING_ENV, **os.environ})
 
 
 def worker_env(options: WorkerOptions, case_env: dict[str, str]) -> dict[str, str]:
@@ -129,6 +136,9 @@ def zygote():
     global _zygote_context
     with _zygote_lock:
         if _zygote_context is None:
+            # the forkserver takes this process's environment, and OpenMP reads it when torch loads there
+            for key, value in THREADING_ENV.items():
+                os.environ.setdefault(key, value)
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(ZYGOTE_PRELOAD)
             _zygote_context = ctx

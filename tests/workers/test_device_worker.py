@@ -201,3 +201,29 @@ def test_both_ways_of_starting_a_worker_survive_faults_and_see_kernel_paths(tmp_
     assert hang.outcome is Outcome.HANG
     assert "most recent call first" in (tmp_path / "h.log").read_text()     # faulthandler's stack dump
     assert after.outcome is Outcome.PASS and w.replacements == 2 and pid != os.getpid()
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked-from-zygote", "spawned"])
+def test_workers_let_idle_openmp_threads_sleep(tmp_path, options, fork, monkeypatch):
+    # spinning OpenMP threads of the worker and the golden process took the cores the
+    # working ones needed (25-30x slower integer sums on a loaded 2-core host)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    pkg = tmp_path / "userlib" / "ompkern"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import os\nfrom harness.kernels.reference import rope_kv_write as _ref\n"
+                                     "def rope(**kw):\n    assert os.environ['OMP_WAIT_POLICY'] == 'PASSIVE'\n"
+                                     "    return _ref(**kw)\n")
+    w = DeviceWorker(Device("cpu"), replace(WorkerOptions(log_dir=tmp_path / "logs"),
+                                            kernel_paths=(str(tmp_path / "userlib"),), fork_cpu_workers=fork))
+    try:
+        assert w.run(make_case(kernel="ompkern:rope", case_id="k"), tmp_path / "k.log").outcome is Outcome.PASS
+    finally:
+        w.close()
+
+
+def test_a_users_openmp_wait_policy_wins(tmp_path, monkeypatch):
+    from harness.run.pool import worker_env
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert worker_env(WorkerOptions(log_dir=tmp_path), {})["OMP_WAIT_POLICY"] == "ACTIVE"
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    assert worker_env(WorkerOptions(log_dir=tmp_path), {})["OMP_WAIT_POLICY"] == "PASSIVE"
