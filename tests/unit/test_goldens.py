@@ -421,7 +421,18 @@ def test_decode_layers_rejects_more_layers_than_the_cache_holds():
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("op", goldens.ops())
 def test_fp32_agrees_with_fp64(op, seed):
+    """To 1e-5 where nothing is rounded to bf16 on the way (``@exact``).  Where q/k/v are
+    rounded before attention, fp32 and fp64 can round one element to neighbouring bf16
+    values (seed 2 of ``decode_layers`` does): a row may then differ by up to twice what
+    the rounding itself moves it, and no more."""
     args = case_args(op, seed=seed)
-    single, double = goldens.compute(op, args, torch.float32), goldens.compute(op, args, torch.float64)
+    single = goldens.compute(op, args, torch.float32, exact=True)
+    double = goldens.compute(op, args, torch.float64, exact=True)
     for name in double:
-        torch.testing.assert_close(single[name].double(), double[name], rtol=1e-5, atol=1e-5, msg=name)
+        exact = double.get(name + goldens.EXACT_SUFFIX)
+        if exact is None:
+            torch.testing.assert_close(single[name].double(), double[name], rtol=1e-5, atol=1e-5, msg=name)
+            continue
+        moved = (double[name] - exact).abs().flatten(1).amax(dim=1).view(-1, *[1] * (exact.dim() - 1))
+        bound = 1e-5 + 1e-5 * double[name].abs() + 2 * moved
+        assert bool(((single[name].double() - double[name]).abs() <= bound).all()), name

@@ -20,7 +20,7 @@ name: sees
 op: fused_rope_decode_attention
 geometry: tiny
 matrix:
-  batch: [16]
+  batch: [1, 16]
   seq_lens: ["const(5)"]
   slot_mode: ["padded(0.25)"]
   seed: [0]
