@@ -14,6 +14,7 @@ that already holds every case), and the worker's read of the file.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -52,8 +53,10 @@ def in_process_loop(cases: list[Case]) -> float:
     return time.perf_counter() - start
 
 
-def through_engine(cases: list[Case], log_dir: Path, golden_cache: str = "") -> tuple[float, list]:
-    options = RunOptions(devices=[Device("cpu")], worker=WorkerOptions(log_dir=log_dir, golden_cache=golden_cache))
+def through_engine(cases: list[Case], log_dir: Path, golden_cache: str = "",
+                   prefetch: bool = True) -> tuple[float, list]:
+    options = RunOptions(devices=[Device("cpu")], worker=WorkerOptions(log_dir=log_dir, golden_cache=golden_cache),
+                         prefetch_goldens=prefetch)
     with Engine(options) as engine:
         engine.run_one(cases[0])                                # worker start-up and warm-up, not timed
         start = time.perf_counter()
@@ -76,13 +79,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     cases = tiny_cases(args.cases)
-    loop_times, engine_times, misses, hits, hit_times = [], [], [], [], []
+    loop_times, engine_times, serial_times, misses, hits, hit_times = [], [], [], [], [], []
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):           # interleaved, so machine noise hits both sides alike
             loop_times.append(in_process_loop(cases))
             elapsed, results = through_engine(cases, Path(tmp) / f"logs{r}")
             engine_times.append(elapsed)
             misses.append(golden_costs(results))
+            serial_times.append(through_engine(cases, Path(tmp) / f"serial{r}", prefetch=False)[0])
         warm = str(Path(tmp) / "goldens")
         through_engine(cases, Path(tmp) / "fill", warm)           # every golden in the cache
         for r in range(args.repeats):
@@ -91,11 +96,14 @@ def main() -> None:
             hits.append(golden_costs(results))
     loop, engine = statistics.median(loop_times), statistics.median(engine_times)
     n = len(cases)
-    print(f"cases: {n} tiny ({', '.join(OPS)}), goldens computed on both sides, medians of {args.repeats}")
+    print(f"cases: {n} tiny ({', '.join(OPS)}), goldens computed on both sides, medians of {args.repeats}, "
+          f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print(f"in-process loop : {loop:8.3f} s  ({1000 * loop / n:6.2f} ms/case)")
     print(f"harness engine  : {engine:8.3f} s  ({1000 * engine / n:6.2f} ms/case)")
     print(f"overhead        : {1000 * (engine - loop) / n:6.2f} ms/case   (goal <= 5 ms)")
     print(f"ratio           : {engine / loop:6.3f}x              (goal <= 1.3x)")
+    serial = statistics.median(serial_times)
+    print(f"without golden prefetch: {1000 * serial / n:6.2f} ms/case ({serial / loop:5.3f}x the loop)")
     for what, costs in (("miss", misses), ("hit", hits)):
         process, read = (statistics.median(c[i] for c in costs) for i in (0, 1))
         print(f"golden process ({what:4}): {process:6.2f} ms/case in the golden process, "

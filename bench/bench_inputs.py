@@ -79,9 +79,9 @@ def main() -> None:
             runs["after"].append(seconds(lambda: generate(case)))
             if before is not None:
                 runs["before"].append(seconds(lambda: before(case)))
-            ci = generate(case)
-            runs["digest"].append(seconds(lambda: digest_inputs(ci.op, ci.args)))
-            del ci
+            drawn = generate(case)
+            runs["digest"].append(seconds(lambda drawn=drawn: digest_inputs(drawn.op, drawn.args)))
+            del drawn
         m = {k: statistics.median(v) if v else float("nan") for k, v in runs.items()}
         print(f"{threads:>7} {m['fill']:>7.3f} {m['after']:>8.3f} {m['fill'] / m['after']:>6.2f} "
               f"{m['before']:>9.3f} {m['fill'] / m['before']:>6.2f} {m['digest']:>9.3f}")

@@ -29,6 +29,7 @@ class RunOptions:
     worker: WorkerOptions
     run_device_tier_on_cpu: bool = False
     exitfirst: bool = False
+    prefetch_goldens: bool = True   # the next case's goldens are made while this case runs
 
 
 @dataclass(frozen=True)
@@ -97,10 +98,22 @@ class Engine:
                 self._accelerators = accelerator_memory(self.options.devices, worker_env(self.options.worker, {}))
         return fit_problem(plan(case, self.options.worker.golden_dtype), device, self._accelerators.get(device), host)
 
+    def skip_reason(self, case: Case, device: Device) -> str | None:
+        return (tier_skip_reason(case, device, self.options.run_device_tier_on_cpu)
+                or self.memory_skip_reason(case, device))
+
+    def _prefetch(self, p: Planned, waiting: queue.Queue, device: Device) -> None:
+        """Ask for ``p``'s goldens, then for those of the case waiting next (whichever device
+        takes it), so the golden process makes them while ``p``'s kernel runs."""
+        with waiting.mutex:
+            following = waiting.queue[0] if waiting.queue else None
+        for item in (p, following):
+            if item is not None and self.skip_reason(item.case, device) is None:
+                self.goldens.prefetch(item.case)
+
     def _run_on(self, worker: DeviceWorker, p: Planned) -> Result:
         case, repeat = p.case, p.repeat
-        reason = (tier_skip_reason(case, worker.device, self.options.run_device_tier_on_cpu)
-                  or self.memory_skip_reason(case, worker.device))
+        reason = self.skip_reason(case, worker.device)
         if reason:
             return Result(outcome=Outcome.SKIPPED, summary=reason, **case_fields(case, repeat, worker.device, None))
         log = self.options.worker.log_dir / log_name(case.case_id, repeat)
@@ -138,6 +151,8 @@ class Engine:
                             continue
                         if on_start:
                             on_start(p, worker)
+                    if self.options.prefetch_goldens:
+                        self._prefetch(p, todo, worker.device)
                     result = self._run_on(worker, p)
                     if interrupted.is_set():
                         return

@@ -7,7 +7,10 @@ in one process per run that never imports code under test (``harness.worker.gold
 and it is the only writer of the golden cache.
 
 For each case the device's thread asks it for the case's goldens (``request``) before the
-case is sent to the device worker; the answer is a ``GoldenRef`` to a golden cache file,
+case is sent to the device worker, and for the next case's (``prefetch``) while this one
+runs: the golden process would otherwise sit idle while the kernel runs, and the worker
+wait for it before each case.  Requests go to the process one at a time, in the order
+asked, from one thread of their own.  The answer is a ``GoldenRef`` to a golden cache file,
 which goes to the device worker in its ``RunRequest`` and is read there (key and digest
 checked).  A file rather than the tensors on the pipe: the cache file exists anyway, the
 worker reads it with one mmap'd read, and the protocol stays plain data.  With
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
 from harness import trace
@@ -67,6 +71,10 @@ class GoldenProcess:
         self._closed = False
         self._lock = threading.Lock()
         self._own_dir: str | None = None        # --no-golden-cache: this run's files, removed by close
+        # asked, not yet taken: by case id, with the case itself (a mutant shares its case's id)
+        self._asked: dict[str, tuple[Case, Future]] = {}
+        self._asked_lock = threading.Lock()
+        self._requests = ThreadPoolExecutor(max_workers=1, thread_name_prefix="golden-requests")
 
     @property
     def pid(self) -> int | None:
@@ -148,6 +156,9 @@ class GoldenProcess:
     def close(self) -> None:
         """Stop the process; a request in flight (Ctrl-C mid-golden) is not waited for: its process is killed."""
         self._closed = True
+        self._requests.shutdown(wait=False, cancel_futures=True)
+        with self._asked_lock:
+            self._asked.clear()
         if self._lock.acquire(timeout=1.0):
             try:
                 self._stop()
@@ -160,9 +171,36 @@ class GoldenProcess:
             self._own_dir = None
 
     # -- one case ----------------------------------------------------------------
+    def prefetch(self, case: Case) -> None:
+        """Start on ``case``'s goldens now, after those already asked for; ``request`` takes them."""
+        self._ask(case)
+
     def request(self, case: Case) -> protocol.GoldenReply | None:
         """The goldens of ``case`` (a ``GoldenRef``, or the failure computing them); None when the
         golden process cannot start, and the device worker computes them itself."""
+        future = self._ask(case)
+        with self._asked_lock:
+            if self._asked.get(case.case_id, (None, None))[1] is future:
+                del self._asked[case.case_id]
+        try:
+            return future.result()
+        except CancelledError:
+            return _failed(case, "the run ended before the golden was made", "")
+
+    def _ask(self, case: Case) -> Future:
+        with self._asked_lock:
+            asked = self._asked.get(case.case_id)
+            if asked is not None and asked[0] == case:
+                return asked[1]
+            if self._closed:
+                future: Future = Future()
+                future.cancel()
+                return future
+            future = self._requests.submit(self._request_now, case)
+            self._asked[case.case_id] = (case, future)
+            return future
+
+    def _request_now(self, case: Case) -> protocol.GoldenReply | None:
         with self._lock:
             if self.unavailable is not None:
                 return None

@@ -90,14 +90,15 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
     t0 = time.perf_counter()
     watch = hygiene.Watch()   # what the kernel leaves behind in this process (docs/architecture.md)
     try:
-        ci = _stage(Stage.INPUTS, inputs.generate, case)
+        torch_device = backend.torch_device(device)
+        ci = _stage(Stage.INPUTS, inputs.generate, case, torch_device)      # drawn where the kernel runs
         generated = _stage(Stage.INPUTS, digest_inputs, ci.op, ci.args)   # before the kernel can touch them
+        host = _stage(Stage.INPUTS, inputs.on_host, ci)                      # ci itself on the CPU
         t1 = time.perf_counter()
-        goldens, hit = _stage(Stage.GOLDEN, _goldens, case, ci, golden_cache, golden_dtype, golden)
+        goldens, hit = _stage(Stage.GOLDEN, _goldens, case, host, golden_cache, golden_dtype, golden)
         t2 = time.perf_counter()
         with watch:           # the kernel's window: its import and its launch
             kernel = _stage(Stage.IMPORT, loader.load, case.kernel, case.op)
-            torch_device = backend.torch_device(device)
             try:
                 launched = launch(kernel, ci, torch_device, lambda: backend.synchronize(device))
             except ContractError as exc:
@@ -105,7 +106,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
             except Exception as exc:
                 raise StageError(Stage.LAUNCH, exc) from exc
         t3 = time.perf_counter()
-        found = hygiene.with_findings(_stage(Stage.CHECK, checks.run_checks, case, ci, goldens, launched),
+        found = hygiene.with_findings(_stage(Stage.CHECK, checks.run_checks, case, host, goldens, launched),
                                       watch.disturbed)
         bits = None
         if baseline:

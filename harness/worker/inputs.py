@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,15 @@ class CaseInputs:
     def valid_rows(self) -> torch.Tensor:
         """Rows of slot-masked outputs that are checked: the ones with a valid slot."""
         return self.slots >= 0
+
+
+def on_host(ci: CaseInputs) -> CaseInputs:
+    """``ci`` with its tensors copied to the CPU (``ci`` itself when they are there): what the
+    checks and an in-process golden read while the kernel gets the device's."""
+    moved = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in ci.args.items()}
+    if all(moved[k] is v for k, v in ci.args.items()):
+        return ci
+    return replace(ci, args=moved)
 
 
 def inputs_source_hash() -> str:
