@@ -11,6 +11,7 @@ import queue
 import shutil
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -21,6 +22,9 @@ from harness.memory_plan import fit_problem, plan
 from harness.outcomes import Outcome, Result
 from harness.run.golden_process import GoldenProcess
 from harness.run.pool import DeviceWorker, WorkerOptions, case_fields, log_name, worker_env
+
+
+HOST_MEMORY_AGE_S = 0.5      # a case's plan is checked against what was free at most this long ago
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class Engine:
         self._baselines_lock = threading.Lock()
         self._accelerators: dict[Device, Memory | None] | None = None
         self._accelerators_lock = threading.Lock()
+        self._host: tuple[float, Memory | None] | None = None
 
     def close(self) -> None:
         for w in self.workers:
@@ -88,9 +93,17 @@ class Engine:
         stem = log_name(case.case_id, 0).removesuffix(".r0.log")
         return self._baselines / f"{stem}.s{case.seed}.{str(device).replace(':', '')}.safetensors"
 
+    def _host_memory(self) -> Memory | None:
+        """The host's memory, read at most every ``HOST_MEMORY_AGE_S`` (a read costs 0.6 ms, a tiny case 15)."""
+        now = time.monotonic()
+        with self._accelerators_lock:
+            if self._host is None or now - self._host[0] > HOST_MEMORY_AGE_S:
+                self._host = (now, host_memory())
+            return self._host[1]
+
     def memory_skip_reason(self, case: Case, device: Device) -> str | None:
         """Why ``case`` cannot fit ``device`` (its memory plan against what is free), before it is sent."""
-        host = host_memory()
+        host = self._host_memory()
         if device.kind == "cpu":
             return fit_problem(plan(case, self.options.worker.golden_dtype), device, host, host)
         with self._accelerators_lock:   # asked once per run, before the workers allocate

@@ -14,7 +14,6 @@ name, dtype and shape.  It fingerprints identical bytes; it is not a cryptograph
 from __future__ import annotations
 
 import hashlib
-import struct
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -43,9 +42,8 @@ def digest_inputs(op: OpSpec, args: Mapping[str, Any]) -> InputsDigest:
             continue
         nbytes += value.numel() * value.element_size()
         h.update(f"{arg.name}:{value.dtype}:{tuple(value.shape)};".encode())
-        for sums in column_sums(value):
-            values = sums.tolist()
-            h.update(struct.pack(f"<{len(values)}q", *values))
+        for sums in column_sums(value):      # little-endian int64s, as struct's "<q" packs them
+            h.update(sums.cpu().numpy().astype("<i8", copy=False).tobytes())
     return InputsDigest(nbytes, h.hexdigest())
 
 
@@ -55,10 +53,14 @@ def column_sums(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     pad = -words.numel() % PERIOD
     if pad:
         words = torch.cat([words, words.new_zeros(pad)])
+    rows = words.view(-1, PERIOD)
+    if rows.shape[0] <= GROUP_ROWS:                # one group, of weight 1: both sums are the same
+        sums = rows.to(torch.int64).sum(0)
+        return sums, sums
     plain = torch.zeros(PERIOD, dtype=torch.int64, device=words.device)
     weighted = torch.zeros_like(plain)
-    for group, rows in enumerate(words.view(-1, PERIOD).split(GROUP_ROWS)):
-        sums = rows.to(torch.int64).sum(0)         # in groups: the int64 copy stays small
+    for group, block in enumerate(rows.split(GROUP_ROWS)):
+        sums = block.to(torch.int64).sum(0)         # in groups: the int64 copy stays small
         plain += sums
         weighted += sums * (1 + group % _WEIGHTS)
     return plain, weighted

@@ -168,6 +168,7 @@ def test_engine_skips_a_case_the_device_cannot_hold_before_sending_it(tmp_path, 
     small = _case("paged_decode_attention", 64)
     need = plan(small).device_bytes("cpu")
     monkeypatch.setattr(engine_module, "host_memory", lambda: Memory(need - 1, 10**12))
+    monkeypatch.setattr(engine_module, "HOST_MEMORY_AGE_S", -1.0)      # read at every case
     with Engine(RunOptions(devices=[Device("cpu")], worker=WorkerOptions(log_dir=tmp_path))) as engine:
         result = engine.run_one(small)
         assert result.outcome.name == "SKIPPED"
@@ -175,6 +176,17 @@ def test_engine_skips_a_case_the_device_cannot_hold_before_sending_it(tmp_path, 
         assert engine.memory_skip_reason(small, Device("cpu")) == result.summary
         monkeypatch.setattr(engine_module, "host_memory", lambda: Memory(need, 10**12))
         assert engine.memory_skip_reason(small, Device("cpu")) is None
+
+
+def test_engine_reads_host_memory_at_most_once_per_age(tmp_path, monkeypatch):
+    small = _case("paged_decode_attention", 64)
+    reads = []
+    monkeypatch.setattr(engine_module, "host_memory", lambda: reads.append(1) or Memory(10**12, 10**12))
+    monkeypatch.setattr(engine_module, "HOST_MEMORY_AGE_S", 3600.0)
+    with Engine(RunOptions(devices=[Device("cpu")], worker=WorkerOptions(log_dir=tmp_path))) as engine:
+        for _ in range(5):
+            assert engine.memory_skip_reason(small, Device("cpu")) is None
+    assert len(reads) == 1
 
 
 def test_engine_asks_an_accelerator_once_per_run(tmp_path, monkeypatch):
