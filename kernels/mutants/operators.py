@@ -34,7 +34,6 @@ MUTANT_VAR = "HARNESS_MUTANT"
 KERNEL_VAR = "HARNESS_MUTANT_KERNEL"
 DELTA_VAR = "HARNESS_MUTANT_DELTA"
 SHAPE_VAR = "HARNESS_MUTANT_SHAPE"     # head_perturbed: "head" (default) or "block"
-DEFAULT_DELTA = 0.01
 
 # Operators inside the computation: the reference kernel with the bug, by import module.
 INTERNAL = {
@@ -101,7 +100,7 @@ def _after(name: str, op: str, args: dict[str, Any], seen: dict[str, Any]) -> No
         _first_output(op, args).view(-1)[0] = float("nan")
     elif name == "head_perturbed":
         out = _first_output(op, args)
-        delta = float(os.environ.get(DELTA_VAR, DEFAULT_DELTA))
+        delta = float(os.environ[DELTA_VAR])       # no default: the audit always says which delta it ran
         _perturbed(out, os.environ.get(SHAPE_VAR, "head")).mul_(1 + delta)
     elif name == "input_clobber":
         args[OPS[op].by_role("input")[0].name].view(-1)[0] += 1
