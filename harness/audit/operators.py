@@ -20,8 +20,8 @@ MUTANT_VAR = "HARNESS_MUTANT"
 KERNEL_VAR = "HARNESS_MUTANT_KERNEL"
 DELTA_VAR = "HARNESS_MUTANT_DELTA"
 SHAPE_VAR = "HARNESS_MUTANT_SHAPE"
-DEFAULT_DELTA = 0.01
 REFERENCE = "reference"
+HEAD_PERTURBED = "head_perturbed"      # the operator whose delta the sensitivity search sets
 
 _ALL = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention", "prefill_attention",
         "decode_layers")
@@ -82,10 +82,13 @@ def parse_mutants(text: str | None) -> tuple[Operator, ...]:
     return tuple(BY_NAME[n] for n in dict.fromkeys(names))
 
 
-def mutated(case: Case, operator: Operator, delta: float = DEFAULT_DELTA, shape: str = "head") -> Case:
+def mutated(case: Case, operator: Operator, delta: float | None = None, shape: str = "head") -> Case:
     """``case`` run by the wrapper with ``operator`` around its own kernel; id unchanged
-    (``delta``, ``shape``: what ``head_perturbed`` scales, and by how much)."""
-    env = {**case.env, MUTANT_VAR: operator.name, KERNEL_VAR: case.kernel, DELTA_VAR: repr(delta), SHAPE_VAR: shape}
+    (``delta``, ``shape``: what ``head_perturbed`` scales, and by how much; it has no default)."""
+    if operator.name == "head_perturbed" and delta is None:
+        raise ValueError("head_perturbed needs a delta")
+    env = {**case.env, MUTANT_VAR: operator.name, KERNEL_VAR: case.kernel, SHAPE_VAR: shape,
+           **({} if delta is None else {DELTA_VAR: repr(delta)})}
     return replace(case, kernel=WRAPPER, env=env)
 
 

@@ -1,18 +1,25 @@
 """Sensitivity: per op's first output, the smallest relative perturbation of one head (and of one
 smaller block) that the matrix's tolerances detect, found by bisection on delta.
 
-Each step runs every case of the matrix once, each op's cases with that op's current
-delta (the deltas travel in the case env, so one run serves every op's bisection).
-The search is geometric between ``LOW`` and ``HIGH``: after ``steps`` steps the
-threshold is known to a factor of ``(HIGH / LOW) ** (1 / 2**steps)``.
+Each step runs the cases of every op still being searched once, each op's cases with
+that op's current delta (the deltas travel in the case env, so one run serves every
+op's bisection).  The first step is at ``HIGH``; an op not detected there is done (its
+tolerance admits even that).  The next steps are geometric bisections between the
+largest delta seen missed (``LOW`` before any) and the smallest seen detected, so
+after ``steps`` steps the threshold is known to within a factor of
+``(HIGH / LOW) ** (1 / 2**steps)``.
+
+The head-shape search is also where ``head_perturbed`` gets its delta when the user
+gives none: each op's results at the smallest delta it found detected are that
+operator's results (``Sensitivity.results``), no run repeated.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from harness.audit.operators import BY_NAME, mutated
+from harness.audit.operators import BY_NAME, HEAD_PERTURBED, mutated
 from harness.case import Case
 from harness.formats import pct
 from harness.ops import OPS
@@ -20,6 +27,8 @@ from harness.outcomes import Result
 
 LOW, HIGH = 1e-4, 1.0
 SHAPES = {"head": "per-head errors", "block": "errors in a quarter of one head (a sixteenth of a row without heads)"}
+FULL_STEPS = 7          # --sensitivity: the threshold to within a factor of 1.08, 8 runs per shape
+QUICK_STEPS = 3         # head_perturbed's delta without --delta: within a factor of 3.2, 4 runs
 
 
 @dataclass(frozen=True)
@@ -28,14 +37,21 @@ class Sensitivity:
     output: str
     shape: str                      # head | block
     detected: float | None          # the smallest delta found detected; None: not even HIGH
-    missed: float                   # the largest delta found missed (0: LOW was detected)
+    missed: float                   # the largest delta found missed (0: none was)
+    # The results of the op's cases at ``detected`` (at HIGH when None): head_perturbed's verdict.
+    results: Mapping[str, Result] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def delta(self) -> float:
+        """The delta ``results`` were run at."""
+        return HIGH if self.detected is None else self.detected
 
     @property
     def sentence(self) -> str:
         if self.detected is None:
             return f"this matrix misses {SHAPES[self.shape]} on `{self.output}` ({self.op}) up to {pct(HIGH)}"
         if self.missed == 0:
-            return f"this matrix detects {SHAPES[self.shape]} on `{self.output}` ({self.op}) down to {pct(LOW)}"
+            return f"this matrix detects {SHAPES[self.shape]} on `{self.output}` ({self.op}) down to {pct(self.detected)}"
         return f"this matrix misses {SHAPES[self.shape]} below {pct(self.detected)} on `{self.output}` ({self.op})"
 
     def to_json(self) -> dict:
@@ -44,30 +60,33 @@ class Sensitivity:
 
 
 def find_sensitivity(cases: Sequence[Case], baseline: Mapping[str, Result],
-                     run: Callable[[list[Case]], Mapping[str, Result]], steps: int = 6) -> tuple[Sensitivity, ...]:
+                     run: Callable[[list[Case]], Mapping[str, Result]], steps: int = FULL_STEPS,
+                     shapes: Sequence[str] = tuple(SHAPES)) -> tuple[Sensitivity, ...]:
     """``run``: the results of mutated cases by id.  Cases the unmutated kernel failed are left out."""
     live = [c for c in cases if c.case_id in baseline and baseline[c.case_id].outcome.passed]
     ops = list(dict.fromkeys(c.op for c in live))
     found = []
-    for shape in SHAPES:
-        low = dict.fromkeys(ops, 0.0)               # largest delta seen missed
+    for shape in shapes:
+        low = dict.fromkeys(ops, 0.0)                               # largest delta seen missed
         high: dict[str, float | None] = dict.fromkeys(ops, None)   # smallest delta seen detected
+        kept: dict[str, dict[str, Result]] = {op: {} for op in ops}
         trial = dict.fromkeys(ops, HIGH)
-        for step in range(steps + 2):               # HIGH, LOW, then the bisection
-            results = run([mutated(c, BY_NAME["head_perturbed"], trial[c.op], shape) for c in live])
-            for op in ops:
-                seen = any(results[c.case_id].outcome.failed for c in live if c.op == op and c.case_id in results)
-                if seen:
-                    high[op] = trial[op]
+        searching = list(ops)
+        for _ in range(steps + 1):                                  # HIGH, then the bisection
+            if not searching:
+                break
+            results = run([mutated(c, BY_NAME[HEAD_PERTURBED], trial[c.op], shape)
+                           for c in live if c.op in searching])
+            for op in searching:
+                mine = {c.case_id: results[c.case_id] for c in live if c.op == op and c.case_id in results}
+                if any(r.outcome.failed for r in mine.values()):
+                    high[op], kept[op] = trial[op], mine
                 else:
                     low[op] = trial[op]
-            for op in ops:
-                if high[op] is None:                # not detected at HIGH: nothing to bisect
-                    trial[op] = HIGH
-                elif step == 0:
-                    trial[op] = LOW
-                else:
-                    trial[op] = math.sqrt(max(low[op], LOW) * high[op])
-        found += [Sensitivity(op, OPS[op].outputs[0].name, shape, high[op], low[op] if high[op] else HIGH)
-                  for op in ops]
+                    if high[op] is None:        # not detected at HIGH: nothing to bisect
+                        kept[op] = mine
+            searching = [op for op in searching if high[op] is not None]
+            for op in searching:
+                trial[op] = math.sqrt(max(low[op], LOW) * high[op])
+        found += [Sensitivity(op, OPS[op].outputs[0].name, shape, high[op], low[op], kept[op]) for op in ops]
     return tuple(found)

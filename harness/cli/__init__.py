@@ -3,10 +3,12 @@
 The commands parse flags (``parser``), call the harness and print; ``main`` maps
 errors to exit codes (README): ``UsageError`` is 2 with its one line, any other
 ``HarnessError`` (the store failed mid-run, ...) is 3 with its one line, anything
-else is 3 with a traceback (a harness bug).
+else is 3 with a traceback (a harness bug).  A closed stdout (``| head``) ends the
+command quietly with 141, the shell's code for a command killed by SIGPIPE.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from harness import trace
@@ -23,6 +25,8 @@ from harness.errors import HarnessError, UsageError
 from harness.formats import printable
 
 __all__ = ["main"]
+
+EXIT_BROKEN_PIPE = 128 + 13       # as a shell reports a command that SIGPIPE ended
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "flake": cmd_flake, "compare": cmd_compare, "bisect": cmd_bisect,
             "bisect-run": cmd_bisect_run, "ops": cmd_ops, "report": cmd_report, "history": cmd_history,
@@ -65,9 +69,22 @@ def _dispatch(args) -> int:
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:   # the reader of stdout went away (`harness history ... | head`): nothing to say
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
     except Exception as exc:  # the harness itself broke: say so, ask for a report
         import traceback
         traceback.print_exc()
         print(f"harness: internal error: {type(exc).__name__}: {printable(exc)} (this is a harness bug)",
               file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is still buffered
+    does not fail on the closed pipe again ("Exception ignored ... BrokenPipeError")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)

@@ -118,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_audit.add_argument("--min-score", type=fraction("--min-score"), default=None, metavar="S",
                          help="exit 0 when the score (killed / applicable mutants) is at least S (0..1), "
                               "instead of only when every applicable mutant is killed")
-    p_audit.add_argument("--delta", type=fraction("--delta"), default=0.01, metavar="D",
-                         help="head_perturbed scales one head by 1 + D (default 0.01)")
+    p_audit.add_argument("--delta", type=fraction("--delta"), default=None, metavar="D",
+                         help="head_perturbed scales one head by 1 + D (default: per op, the smallest D a "
+                              "4-run sensitivity search finds the tolerances detect, up to 1)")
     p_audit.add_argument("--sensitivity", action="store_true",
                          help="also find, per op's first output, the smallest relative error of one head (and "
                               "of a quarter of one) the tolerances detect: 16 more runs of the matrix")

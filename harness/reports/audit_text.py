@@ -3,6 +3,9 @@
 Survivors come first everywhere: they are what a reader has to act on.  The kill
 matrix is compact: one row per mutant, one character per case (``K`` killed there,
 ``.`` ran and passed, ``-`` not applicable, ``x`` the unmutated kernel already failed).
+In Markdown the case ids (from case files) and outcome labels (codes a kernel's runtime
+printed) go through ``escape``: neither may break a table or become HTML.  The rest
+is the harness's own text (operator names, reasons, conditions).
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import Any
 
 from harness.files import write_text
 from harness.formats import pct
+from harness.reports.markdown import escape, fenced
 
 
 def _survivors(doc: dict) -> list[dict]:
@@ -32,10 +36,10 @@ def kill_matrix(doc: dict) -> list[tuple[str, str]]:
     ids = list(doc["baseline"])
     rows = []
     for m in doc["mutants"]:
-        killers = set(m["killed_by"])
+        killers, ran = set(m["killed_by"]), set(m["cases"])
         cells = []
         for i in ids:
-            if i not in m["outcomes"]:
+            if i not in ran:
                 cells.append("-")
             elif i in killers:
                 cells.append("K")
@@ -45,6 +49,17 @@ def kill_matrix(doc: dict) -> list[tuple[str, str]]:
                 cells.append(".")
         rows.append((m["name"], "".join(cells)))
     return rows
+
+
+def delta_line(doc: dict) -> str | None:
+    """How far ``head_perturbed`` scaled one head, and where that delta came from (None: not run)."""
+    d = doc.get("head_perturbed_delta")
+    if not d or not d["by_op"]:
+        return None
+    if d["source"] == "--delta":
+        return f"head_perturbed scaled one head by 1 + {pct(d['delta'])} (--delta)"
+    per_op = ", ".join(f"{op} {pct(x)}" for op, x in d["by_op"].items())
+    return f"head_perturbed scaled one head by 1 + delta, per op the smallest delta the sensitivity search saw detected: {per_op}"
 
 
 def _score_line(doc: dict) -> str:
@@ -61,6 +76,8 @@ def render_text(doc: dict) -> str:
                      f"({m['killing_outcomes'][first]})")
     for m in _inapplicable(doc):
         lines.append(f"  n/a      {m['name']}: no case of an op it applies to")
+    if delta_line(doc):
+        lines.append(delta_line(doc))
     missed = [c for c in doc["coverage"] if not c["covered"]]
     lines.append(f"coverage: {sum(c['covered'] for c in doc['coverage'])} of {len(doc['coverage'])} "
                  f"boundary conditions exercised")
@@ -75,6 +92,7 @@ def render_text(doc: dict) -> str:
 
 
 def render_markdown(doc: dict) -> str:
+    e = escape
     out = [f"## Audit: {_score_line(doc)}", ""]
     survivors = _survivors(doc)
     if survivors:
@@ -82,19 +100,21 @@ def render_markdown(doc: dict) -> str:
         out += [f"| `{m['name']}` | {m['bug']} | {m['reason']} |" for m in survivors]
         out.append("")
     out += ["### Killed", "", "| mutant | killed by | first case (outcome) |", "|---|---|---|"]
-    out += [f"| `{m['name']}` | {len(m['killed_by'])} case(s) | `{m['killed_by'][0]}` "
-            f"({m['killing_outcomes'][m['killed_by'][0]]}) |" for m in _killed(doc)]
+    out += [f"| `{m['name']}` | {len(m['killed_by'])} case(s) | {e(m['killed_by'][0])} "
+            f"({e(m['killing_outcomes'][m['killed_by'][0]])}) |" for m in _killed(doc)]
     if _inapplicable(doc):
         out += ["", "Not applicable (no case of an op they apply to): "
                 + ", ".join(f"`{m['name']}`" for m in _inapplicable(doc))]
+    if delta_line(doc):
+        out += ["", delta_line(doc)]
     out += ["", "### Coverage", "", "| boundary condition | cases |", "|---|---|"]
     out += [f"| {c['description']} | {len(c['cases']) or '**missed**'} |" for c in doc["coverage"]]
     if doc.get("sensitivity"):
         out += ["", "### Sensitivity", ""] + [f"- {x['text']}" for x in doc["sensitivity"]]
-    out += ["", "<details><summary>Kill matrix</summary>", "", "```"]
     width = max((len(name) for name, _ in kill_matrix(doc)), default=0)
-    out += [f"{name:<{width}} {row}" for name, row in kill_matrix(doc)]
-    out += ["```", "", "</details>", ""]
+    out += ["", "<details><summary>Kill matrix</summary>", "",
+            fenced("\n".join(f"{name:<{width}} {row}" for name, row in kill_matrix(doc)), info=""),
+            "", "</details>", ""]
     return "\n".join(out)
 
 
@@ -112,6 +132,7 @@ def render_html(doc: dict) -> str:
             f"<table border='1'><tr><th>mutant</th><th>bug class</th><th>verdict</th><th>why / killed by</th></tr>"
             f"{rows}</table><h2>Coverage</h2><table border='1'><tr><th>boundary condition</th><th>cases</th></tr>"
             f"{cover}</table>"
+            + (f"<p>{e(delta_line(doc))}</p>" if delta_line(doc) else "")
             + "".join(f"<p>{e(x['text'])}</p>" for x in doc.get("sensitivity") or ())
             + f"<h2>Kill matrix</h2><pre>{matrix}</pre></body></html>\n")
 

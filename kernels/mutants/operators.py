@@ -15,7 +15,8 @@ end:
 Output-side operators act on the buffers around the wrapped kernel's launch, so
 they apply to any kernel.  Operators that act inside the computation replace the
 kernel with a reference kernel that has the bug (the front end applies them only
-to cases whose kernel is the reference).
+to cases whose kernel is the reference); in ``decode_layers`` the bug is in the
+last layer only, as a bug in one layer's kernel would be.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from harness.kernels.reference import for_every_op
+from harness.kernels.reference import ReferenceKernel, for_every_op
 from harness.ops import OPS
 from harness.registry import target
 
@@ -34,14 +35,13 @@ MUTANT_VAR = "HARNESS_MUTANT"
 KERNEL_VAR = "HARNESS_MUTANT_KERNEL"
 DELTA_VAR = "HARNESS_MUTANT_DELTA"
 SHAPE_VAR = "HARNESS_MUTANT_SHAPE"     # head_perturbed: "head" (default) or "block"
-DEFAULT_DELTA = 0.01
 
-# Operators inside the computation: the reference kernel with the bug, by import module.
+# Operators inside the computation: the reference kernel with the bug, by class.
 INTERNAL = {
-    "stale_current_token": "harness.kernels.mutants.stale_kv",
-    "skip_rope": "harness.kernels.mutants.skip_rope",
-    "gptj_rope": "harness.kernels.mutants.gptj_rope",
-    "off_by_one_page": "harness.kernels.mutants.off_by_one_page",
+    "stale_current_token": "harness.kernels.mutants.stale_kv:StaleKV",
+    "skip_rope": "harness.kernels.mutants.skip_rope:SkipRope",
+    "gptj_rope": "harness.kernels.mutants.gptj_rope:GptjRope",
+    "off_by_one_page": "harness.kernels.mutants.off_by_one_page:OffByOnePage",
 }
 
 _loaded: dict[str, Callable[..., Any]] = {}
@@ -101,7 +101,7 @@ def _after(name: str, op: str, args: dict[str, Any], seen: dict[str, Any]) -> No
         _first_output(op, args).view(-1)[0] = float("nan")
     elif name == "head_perturbed":
         out = _first_output(op, args)
-        delta = float(os.environ.get(DELTA_VAR, DEFAULT_DELTA))
+        delta = float(os.environ[DELTA_VAR])       # no default: the audit always says which delta it ran
         _perturbed(out, os.environ.get(SHAPE_VAR, "head")).mul_(1 + delta)
     elif name == "input_clobber":
         args[OPS[op].by_role("input")[0].name].view(-1)[0] += 1
@@ -129,10 +129,49 @@ def _after(name: str, op: str, args: dict[str, Any], seen: dict[str, Any]) -> No
 
 
 
+class LastLayerOnly(ReferenceKernel):
+    """``decode_layers`` with a mutant's steps in its last layer only: a bug inside one layer,
+    the layers before it (and their caches) as the reference computes them.
+
+    The reference runs, per layer, ``project`` (``rope`` on q and k) and then one
+    ``decode_step``, so the count of ``decode_step`` calls so far is the layer.
+    """
+
+    def __init__(self, mutant: ReferenceKernel) -> None:
+        self.mutant = mutant
+        self.layer = self.last = 0
+
+    def _steps(self) -> Any:
+        """The mutant in the last layer, the reference's own steps before it."""
+        return self.mutant if self.layer == self.last else super()
+
+    def rope(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        return self._steps().rope(x, cos, sin)
+
+    def write(self, cache: Tensor, slots: Tensor, rows: Tensor) -> None:
+        self._steps().write(cache, slots, rows)
+
+    def decode_step(self, *args: Any) -> Tensor:
+        try:
+            return self._steps().decode_step(*args)
+        finally:
+            self.layer += 1
+
+    def decode_layers(self, **args: Any) -> Tensor:
+        self.layer, self.last = 0, int(args["num_layers"]) - 1
+        return super().decode_layers(**args)
+
+
+def _internal(name: str, op: str) -> Callable[..., Any]:
+    """The reference kernel with operator ``name``'s bug, for ``op`` (in one layer of ``decode_layers``)."""
+    mutant = _load(INTERNAL[name])()
+    return getattr(LastLayerOnly(mutant) if op == "decode_layers" else mutant, op)
+
+
 def mutate(op: str, args: dict[str, Any]) -> Any:
     name = os.environ[MUTANT_VAR]
     if name in INTERNAL:
-        return _load(f"{INTERNAL[name]}:{op}")(**args)
+        return _internal(name, op)(**args)
     kernel = _load(target(os.environ[KERNEL_VAR], op))
     seen = _before(name, op, args)
     returned = kernel(**args)

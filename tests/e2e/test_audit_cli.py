@@ -47,3 +47,16 @@ def test_bad_usage_is_exit_2_in_one_line(tmp_path, golden_cache_dir):
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "--mutants" in proc.stderr
     proc = _audit(tmp_path, BLIND, golden_cache_dir, "--min-score", "2")
     assert proc.returncode == 2 and "--min-score" in proc.stderr
+
+
+def test_head_perturbed_runs_at_delta_when_given_else_at_the_searched_one(tmp_path, golden_cache_dir):
+    out = tmp_path / "audit.json"
+    proc = _audit(tmp_path, BLIND, golden_cache_dir, "--mutants", "head_perturbed", "--delta", "0.5", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(out.read_text())["head_perturbed_delta"] == {"source": "--delta", "delta": 0.5,
+                                                                   "by_op": {"rope_kv_write": 0.5}}
+    assert "scaled one head by 1 + 50.0% (--delta)" in proc.stdout
+    proc = _audit(tmp_path, BLIND, golden_cache_dir, "--mutants", "head_perturbed", "--json", str(out))
+    searched = json.loads(out.read_text())["head_perturbed_delta"]
+    assert searched["source"] == "sensitivity" and 0 < searched["by_op"]["rope_kv_write"] < 0.5
+    assert "the sensitivity search saw detected: rope_kv_write" in proc.stdout

@@ -150,3 +150,56 @@ def test_a_harness_error_under_a_mutant_is_no_kill(tmp_path):
     broke = {c.case_id: _result(c, Outcome.HARNESS_ERROR) for c in cases}
     v = verdict(BY_NAME["nan_element"], cases, base, broke)
     assert not v.killed and v.outcomes == {cases[0].case_id: "HARNESS_ERROR"}
+
+
+def test_the_search_keeps_each_ops_results_at_its_smallest_detected_delta_and_drops_settled_ops(tmp_path):
+    from harness.audit.operators import DELTA_VAR
+    from harness.audit.sensitivity import HIGH, find_sensitivity
+    cases = _cases(tmp_path, BLIND) + [replace(c, op="paged_decode_attention", case_id=c.case_id + "-admits")
+                                      for c in _cases(tmp_path, BLIND)]
+    base = {c.case_id: _result(c, Outcome.PASS) for c in cases}
+    runs: list[dict[str, float]] = []
+
+    def run(mutants):
+        runs.append({m.case_id: float(m.env[DELTA_VAR]) for m in mutants})
+        return {m.case_id: _result(m, Outcome.MISMATCH if m.op == "rope_kv_write" and float(m.env[DELTA_VAR]) >= 0.004
+                                   else Outcome.PASS) for m in mutants}
+
+    seen, admits = find_sensitivity(cases, base, run, steps=3, shapes=("head",))
+    assert len(runs) == 4 and [len(r) for r in runs] == [2, 1, 1, 1]      # the admitting op ran at HIGH only
+    assert admits.detected is None and admits.delta == HIGH and admits.results[cases[1].case_id].label == "PASS"
+    assert seen.missed < 0.004 <= seen.detected and seen.delta == seen.detected
+    tried = [r[cases[0].case_id] for r in runs]
+    assert seen.detected == min(d for d in tried if d >= 0.004)
+    assert seen.results[cases[0].case_id].label == "MISMATCH"     # the results of the run at `detected`
+
+
+def _doc_with(tmp_path, case_id: str, label: str, head_delta=None) -> dict:
+    cases = [replace(c, case_id=case_id) for c in _cases(tmp_path, BLIND)]
+    base = {c.case_id: _result(c, Outcome.PASS) for c in cases}
+    bad = {c.case_id: Result(case_id=c.case_id, outcome=Outcome.DEVICE_FAULT, op=c.op, code=label) for c in cases}
+    v = verdict(BY_NAME["nan_element"], cases, base, bad)
+    return {"kind": "audit", "score": 1.0, "killed": 1, "applicable": 1, "mutants": [v.to_json()],
+            "baseline": {i: r.label for i, r in base.items()}, "coverage": [c.to_json() for c in coverage(cases)],
+            "head_perturbed_delta": head_delta}
+
+
+def test_markdown_escapes_case_ids_and_labels(tmp_path):
+    md = render_markdown(_doc_with(tmp_path, "m[x=|<b>`y`</b>|]", "E|<i>"))
+    killed_row = next(line for line in md.splitlines() if line.startswith("| `nan_element`"))
+    assert killed_row.count("|") - killed_row.count("\\|") == 4          # no cell split by the case id
+    assert "<b>" not in md and "<i>" not in md
+    assert "&lt;b&gt;" in killed_row and "FAIL\\_E\\|&lt;i&gt;" in killed_row
+
+
+def test_the_delta_head_perturbed_ran_at_is_said_with_its_source(tmp_path):
+    from harness.audit.session import HeadDelta
+    searched = HeadDelta("sensitivity", {"rope_kv_write": 0.0031, "decode_layers": 1.0})
+    assert searched.to_json() == {"source": "sensitivity", "delta": 1.0,
+                                  "by_op": {"rope_kv_write": 0.0031, "decode_layers": 1.0}}
+    doc = _doc_with(tmp_path, "c", "X", searched.to_json())
+    for text in (render_text(doc), render_markdown(doc), render_html(doc)):
+        assert "sensitivity search" in text and "rope_kv_write 0.3%" in text and "decode_layers 100%" in text
+    given = _doc_with(tmp_path, "c", "X", HeadDelta("--delta", {"rope_kv_write": 0.05}).to_json())
+    assert "1 + 5.0% (--delta)" in render_text(given)
+    assert "head_perturbed" not in render_text(_doc_with(tmp_path, "c", "X", None))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.audit.operators import OPERATORS, parse_mutants
+from harness.audit.sensitivity import HIGH, LOW, QUICK_STEPS
 from harness.audit.session import run_audit
 from harness.casefiles import load_paths
 from harness.devices import Device
@@ -29,12 +30,12 @@ matrix:
 BLIND = SEES.replace('"padded(0.25)"', "arange")
 
 
-def _audit(tmp_path, text, names=None, kernel_paths=()):
+def _audit(tmp_path, text, names=None, kernel_paths=(), **kwargs):
     cases = load_paths([str(write_case_file(tmp_path, "m.yaml", text))])
     worker = WorkerOptions(log_dir=tmp_path / "logs", golden_cache=str(tmp_path / "goldens"),
                            kernel_paths=tuple(kernel_paths))
     options = RunOptions(devices=[Device("cpu")], worker=worker)
-    return run_audit(cases, parse_mutants(names), options, MemoryStore())
+    return run_audit(cases, parse_mutants(names), options, MemoryStore(), **kwargs)
 
 
 def test_every_operator_is_killed_by_a_matrix_that_sees_it(tmp_path):
@@ -68,3 +69,36 @@ def test_operators_wrap_an_outside_kernel(tmp_path):
     assert {r.label for r in audit.baseline} == {"PASS"}
     assert by_name["out_is_query"].killed and by_name["slot_minus_one_write"].killed
     assert not by_name["skip_rope"].applicable      # inside the computation: the reference kernel only
+
+
+OP = "fused_rope_decode_attention"
+
+
+def test_head_perturbed_is_killed_at_the_delta_the_search_found_and_reports(tmp_path):
+    runs = []
+    audit = _audit(tmp_path, SEES, "head_perturbed", on_run=lambda name, n: runs.append(name))
+    head = audit.verdicts[0]
+    doc = audit.document()["head_perturbed_delta"]
+    assert head.killed and head.killed_by[0].label == "MISMATCH"
+    assert doc["source"] == "sensitivity" and set(doc["by_op"]) == {OP} and doc["delta"] == doc["by_op"][OP]
+    assert LOW < doc["delta"] < HIGH
+    # The search's runs are the operator's: no run of its own, and no more than the quick search's.
+    assert runs[0] == "unmutated" and 1 < len(runs) - 1 <= QUICK_STEPS + 1
+    assert all("sensitivity" in name for name in runs[1:])
+    # The delta it reports is one that is detected, and a tenth of it is not (--delta honoured).
+    again = _audit(tmp_path, SEES, "head_perturbed", delta=doc["delta"])
+    assert again.verdicts[0].killed and again.document()["head_perturbed_delta"] == {
+        "source": "--delta", "delta": doc["delta"], "by_op": {OP: doc["delta"]}}
+    below = _audit(tmp_path, SEES, "head_perturbed", delta=doc["delta"] / 10)
+    assert not below.verdicts[0].killed and "the tolerance on `out`" in below.verdicts[0].reason
+
+
+def test_a_tolerance_that_admits_every_searched_delta_lets_head_perturbed_survive_with_it(tmp_path):
+    loose = SEES + "tolerance: {out: {atol: 100}}\n"
+    runs = []
+    audit = _audit(tmp_path, loose, "head_perturbed", on_run=lambda name, n: runs.append(name))
+    head = audit.verdicts[0]
+    assert {r.label for r in audit.baseline} == {"PASS"}
+    assert not head.killed and head.reason.startswith("the tolerance on `out` (atol 100,") and "admits it" in head.reason
+    assert audit.document()["head_perturbed_delta"] == {"source": "sensitivity", "delta": HIGH, "by_op": {OP: HIGH}}
+    assert runs == ["unmutated", "head_perturbed (sensitivity step)"]     # nothing to bisect below HIGH
