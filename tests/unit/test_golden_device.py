@@ -197,3 +197,14 @@ def test_resume_reuses_the_recorded_golden_device(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and "--golden-device cuda:0 not present" in err[0]
+
+
+def test_a_bisect_plan_keeps_its_golden_device(tmp_path):
+    from harness.bisect.session import BisectPlan
+    from harness.refs.runner import RefSetup
+    plan = BisectPlan(setup=RefSetup(repo=tmp_path, build="make", cache_dir=None), devices=("cpu",), tier="ci",
+                      kernel_paths=(), golden_dtype="fp32", cases=(TINY,), good="v1", bad="v2",
+                      golden_device="npu:2")
+    assert BisectPlan.from_dict(plan.to_dict()) == plan
+    older = {k: v for k, v in plan.to_dict().items() if k != "golden_device"}   # a bisect stored before the flag
+    assert BisectPlan.from_dict(older).golden_device == "cpu"
