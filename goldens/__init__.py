@@ -3,10 +3,10 @@
 One module per op, each with ``compute(inputs, dtype) -> dict``; ``common.py``
 holds the math they share.  Goldens share no code with any kernel.
 
-``compute(op, inputs, dtype)`` takes ``CaseInputs.args`` (CPU tensors, scalars as
-Python numbers, caches in their pre-launch state; nothing is modified) and does
-all math in ``dtype`` (float32, or float64 on request).  It returns CPU tensors
-in ``dtype``:
+``compute(op, inputs, dtype)`` takes ``CaseInputs.args`` (tensors all on one device,
+the CPU or an accelerator for ``--golden-device``; scalars as Python numbers, caches
+in their pre-launch state; nothing is modified) and does all math in ``dtype``
+(float32, or float64 on request) on that device.  It returns CPU tensors in ``dtype``:
 
 - every output of the op by name, full shape;
 - for ops that write the cache, ``k_cache`` and ``v_cache``: the row each written
@@ -82,8 +82,8 @@ def compute(op: str, inputs: Mapping[str, Any], dtype: torch.dtype = torch.float
     module = importlib.import_module(_MODULES[_known(op)])
     if dtype not in GOLDEN_DTYPES:
         raise GoldenInputError(f"golden dtype must be one of {GOLDEN_DTYPES}, not {dtype}")
-    _check_inputs(op, inputs)
-    with torch.no_grad():
+    device = _check_inputs(op, inputs)
+    with torch.no_grad(), torch.device(device):     # the goldens' own tensors (arange, empty) beside the inputs
         result = module.compute(inputs, dtype)
         if exact and exact_names(op):
             unrounded = module.compute(inputs, dtype, rounding=False)
@@ -117,17 +117,19 @@ def _known(op: str) -> str:
     return op
 
 
-def _check_inputs(op: str, inputs: Mapping[str, Any]) -> None:
+def _check_inputs(op: str, inputs: Mapping[str, Any]) -> torch.device:
+    """The one device every input tensor is on (the CPU when there are none)."""
     from harness.ops import OPS
 
     needed = [a.name for a in OPS[op].args if a.role != "output"]
     missing = [name for name in needed if name not in inputs]
     if missing:
         raise GoldenInputError(f"golden {op}: missing inputs {', '.join(missing)}")
-    for name in needed:
-        value = inputs[name]
-        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
-            raise GoldenInputError(f"golden {op}: input {name} is on {value.device}; goldens take CPU tensors")
+    devices = {inputs[name].device: name for name in needed if isinstance(inputs[name], torch.Tensor)}
+    if len(devices) > 1:
+        where = ", ".join(f"{name} on {device}" for device, name in devices.items())
+        raise GoldenInputError(f"golden {op}: inputs on more than one device ({where}); goldens take them on one")
+    return next(iter(devices), torch.device("cpu"))
 
 
 def _detached(t: torch.Tensor, dtype: torch.dtype, inputs_storage: set[int]) -> torch.Tensor:

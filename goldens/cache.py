@@ -1,10 +1,13 @@
 """The golden cache: computed goldens kept on disk, keyed by what determines them.
 
 A key is the sha256 of the canonical JSON of ``{op, golden: source_hash(op),
-spec, dtype}``; ``spec`` is ``CaseInputs.spec`` (the canonical input
-description: geometry, modes, seed and a hash of the input generator).  So a
-change to the inputs, the generator or the golden's source is a new key, and
-old entries are simply never read again.
+spec, dtype}``, plus ``device`` (the device kind, ``cuda`` or ``npu``) for a golden
+computed on an accelerator (``--golden-device``); ``spec`` is ``CaseInputs.spec``
+(the canonical input description: geometry, modes, seed and a hash of the input
+generator).  So a change to the inputs, the generator or the golden's source is a
+new key, and old entries are simply never read again.  A host golden's key has no
+``device`` entry (it is what it was before accelerator goldens existed); an
+accelerator sums in another order than the host, so its goldens are kept apart.
 
 One safetensors file per key, ``<root>/<op>/<key>.safetensors``, written to a
 temp file in the same folder and moved into place with ``os.replace``: readers
@@ -67,8 +70,11 @@ class GoldenCache:
     def enabled(self) -> bool:
         return self.root is not None
 
-    def key(self, op: str, spec: Mapping[str, Any], dtype: torch.dtype = torch.float32) -> str:
+    def key(self, op: str, spec: Mapping[str, Any], dtype: torch.dtype = torch.float32, device: str = "cpu") -> str:
+        """``device``: the kind of device the golden is computed on (``cpu``, ``cuda``, ``npu``)."""
         document = {"op": op, "golden": goldens.source_hash(op), "spec": spec, "dtype": _dtype_name(dtype)}
+        if device != "cpu":     # host keys stay as they were, so existing caches stay valid
+            document["device"] = device
         text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False, default=_not_json)
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -101,11 +107,12 @@ class GoldenCache:
         return result, False
 
     def ensure(self, op: str, spec: Mapping[str, Any], make_inputs: Callable[[], Mapping[str, Any]],
-               dtype: torch.dtype = torch.float32) -> tuple[Path, str, bool]:
+               dtype: torch.dtype = torch.float32, device: str = "cpu") -> tuple[Path, str, bool]:
         """``(path, key, hit)``: the file holding this case's goldens, checked, or computed from
-        ``make_inputs()`` and written.  Raises ``GoldenStoreError`` when it cannot be written (the
-        file is how the goldens reach the device worker)."""
-        key = self.key(op, spec, dtype)
+        ``make_inputs()`` (on the device of kind ``device`` they are on) and written.  Raises
+        ``GoldenStoreError`` when it cannot be written (the file is how the goldens reach the
+        device worker)."""
+        key = self.key(op, spec, dtype, device)
         path = self.path(op, key)
         seen = self._checked.get(key)
         if seen is not None and seen == _identity(path):    # read whole once; unchanged since
@@ -123,9 +130,10 @@ class GoldenCache:
         return path, key, False
 
     def read(self, op: str, spec: Mapping[str, Any], path: Path | str,
-             dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-        """The goldens in ``path``, which must hold this case's key (``ensure``'s file): never writes."""
-        key = self.key(op, spec, dtype)
+             dtype: torch.dtype = torch.float32, device: str = "cpu") -> dict[str, torch.Tensor]:
+        """The goldens in ``path``, which must hold this case's key (``ensure``'s file, its goldens
+        computed on a ``device`` kind): never writes."""
+        key = self.key(op, spec, dtype, device)
         cached = self._from_memory(key)
         if cached is None:
             cached = self._load(Path(path), op, key, dtype)

@@ -36,6 +36,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--golden-cache", default=None, metavar="DIR", help="golden cache directory")
     group.addoption("--no-golden-cache", action="store_true", help="compute every golden")
     group.addoption("--golden-dtype", choices=("fp32", "fp64"), default="fp32")
+    group.addoption("--golden-device", default="cpu", metavar="DEV",
+                    help="compute goldens on DEV (cuda:0, npu:0) with TF32/HF32 off, as harness run --golden-device")
     group.addoption("--harness-tier", choices=("auto", "all"), default="auto",
                     help="all: run device-tier cases on cpu too")
     group.addoption("--case-k", default=None, metavar="EXPR",
@@ -199,6 +201,7 @@ def _engine(config: pytest.Config):
             golden_cache=options.golden_cache(config.getoption("--golden-cache"),
                                               config.getoption("--no-golden-cache")),
             golden_dtype=config.getoption("--golden-dtype"),
+            golden_device=config.getoption("--golden-device"),
             log_dir=config.getoption("--harness-log-dir"), log_prefix="pytest-",
             log_name=config.stash[_RUN_KEY][1] if _RUN_KEY in config.stash else None,
             log_subdir=os.environ.get("PYTEST_XDIST_WORKER", "main"),
@@ -244,8 +247,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _require_present(config: pytest.Config) -> None:
     from harness.devices import DeviceError, parse_device, parse_device_list
-    from harness.run.options import require_present
+    from harness.run.options import golden_device, require_present
     devices_opt, device_opt = config.getoption("--devices", None), config.getoption("--device", None)
+    try:
+        golden_device(config.getoption("--golden-device", "cpu"))
+    except DeviceError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if devices_opt is None and device_opt is None:
         return                                # the default cpu: nothing to check
     try:
@@ -292,7 +299,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     begin(store, [(i.case, i.repeat or 0) for i in items], devices=_devices(config), kernel_paths=paths,
           kind="pytest", command=list(command), run_id=run_id,
           extra={"options": ResumeOptions(tuple(sorted(set(paths))), config.getoption("--golden-dtype"),
-                                          config.getoption("--harness-tier")).to_dict()})
+                                          config.getoption("--harness-tier"),
+                                          config.getoption("--golden-device")).to_dict()})
 
 
 def _store(config: pytest.Config):

@@ -38,6 +38,7 @@ class BisectPlan:
     good: str
     bad: str
     first_parent: bool = False
+    golden_device: str = "cpu"            # --golden-device
 
     def to_dict(self) -> dict[str, Any]:
         return {"repo": str(self.setup.repo.resolve()), "env_templates": list(self.setup.env_templates),
@@ -45,7 +46,7 @@ class BisectPlan:
                 "worktree_cache": self.setup.cache_dir, "devices": list(self.devices), "tier": self.tier,
                 "kernel_paths": list(self.kernel_paths), "golden_dtype": self.golden_dtype,
                 "cases": [c.to_wire() for c in self.cases], "good": self.good, "bad": self.bad,
-                "first_parent": self.first_parent}
+                "first_parent": self.first_parent, "golden_device": self.golden_device}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BisectPlan":
@@ -54,7 +55,8 @@ class BisectPlan:
         return cls(setup=setup, devices=tuple(data["devices"]), tier=data["tier"],
                    kernel_paths=tuple(data["kernel_paths"]), golden_dtype=data["golden_dtype"],
                    cases=tuple(Case.from_wire(c) for c in data["cases"]), good=data["good"], bad=data["bad"],
-                   first_parent=bool(data.get("first_parent", False)))
+                   first_parent=bool(data.get("first_parent", False)),
+                   golden_device=data.get("golden_device", "cpu"))
 
 
 @dataclass(frozen=True)

@@ -81,10 +81,12 @@ def _bisect(args, signature: Signature | None, store: Store, started: list[str])
         plan = bisect.BisectPlan(setup=ref_setup(args), devices=tuple(str(d) for d in devices(args)),
                                  tier=args.tier, kernel_paths=kernel_paths(args.kernel_path),
                                  golden_dtype=args.golden_dtype, cases=tuple(load_cases(args, import_kernel=False)),
-                                 good=args.good, bad=args.bad, first_parent=args.first_parent)
+                                 good=args.good, bad=args.bad, first_parent=args.first_parent,
+                                 golden_device=args.golden_device)
     with session_golden_cache(args) as golden_cache:
         options = engine_options(args, [parse_device(d) for d in plan.devices], golden_cache=golden_cache,
-                                 kernel_paths=plan.kernel_paths, golden_dtype=plan.golden_dtype, tier=plan.tier)
+                                 kernel_paths=plan.kernel_paths, golden_dtype=plan.golden_dtype, tier=plan.tier,
+                                 golden_device=plan.golden_device)
         shown: set[str] = set()
 
         def show_env(ref: PreparedRef) -> None:     # once per commit: bisect revisits them

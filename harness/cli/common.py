@@ -103,18 +103,19 @@ def devices(args, default: list[Device] | None = None) -> list[Device]:
 
 def engine_options(args, devices: list[Device], *, kernel_paths=None, golden_dtype: str | None = None,
                    tier: str | None = None, exitfirst: bool = False, golden_cache: str | None = None,
-                   default_log_dir: Path | None = None) -> RunOptions:
+                   default_log_dir: Path | None = None, golden_device: str | None = None) -> RunOptions:
     """The engine options an executing command's flags say; the keywords override them (a resumed
     run's stored options, a session's golden cache; ``default_log_dir``: the logs' parent without
     ``--log-dir``, in place of ``reports/logs``).  A bad rules file or an absent accelerator
-    (without ``--allow-absent-devices``): exit 2 before any case."""
+    (without ``--allow-absent-devices``), or a ``--golden-device`` that is absent: exit 2 before any case."""
     options.require_present(devices, args.allow_absent_devices)
+    golden_device = options.golden_device(golden_device or args.golden_device)
     return options.run_options(options.Settings(
         devices=tuple(devices),
         kernel_paths=tuple(args.kernel_path if kernel_paths is None else kernel_paths),
         golden_cache=golden_cache if golden_cache is not None
         else options.golden_cache(args.golden_cache, args.no_golden_cache),
-        golden_dtype=golden_dtype or args.golden_dtype, log_dir=args.log_dir, log_root=default_log_dir,
+        golden_dtype=golden_dtype or args.golden_dtype, golden_device=golden_device, log_dir=args.log_dir, log_root=default_log_dir,
         rules=tuple(args.rules), tier=tier or args.tier, exitfirst=exitfirst, max_log_bytes=args.max_log_mb << 20))
 
 

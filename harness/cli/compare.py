@@ -61,7 +61,7 @@ def _plan(args, named: list[tuple[str, str]], store: Store) -> tuple[refcompare.
     plan = refcompare.ComparePlan(
         setup=setup, refs=tuple((name, c.sha) for name, c in commits), cases=tuple(cases),
         repeat=args.repeat or DEFAULT_REPEAT, devices=tuple(str(d) for d in devices(args)),
-        options=ResumeOptions(kernel_paths(args.kernel_path), args.golden_dtype, args.tier),
+        options=ResumeOptions(kernel_paths(args.kernel_path), args.golden_dtype, args.tier, args.golden_device),
         seeds=seeds, hunt_seed=hunt_seed)
     return plan, commits
 
@@ -72,6 +72,7 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
     with session_golden_cache(args) as golden_cache, \
             RefRunner(plan.setup, engine_options(args, ref_devices, kernel_paths=plan.options.kernel_paths,
                                                  golden_dtype=plan.options.golden_dtype, tier=plan.options.tier,
+                                                 golden_device=plan.options.golden_device,
                                                  golden_cache=golden_cache), store) as runner:
         parent = args.resume or refcompare.start(store, plan, commits, command=sys.argv)
         if args.resume:

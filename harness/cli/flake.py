@@ -91,7 +91,7 @@ class _Hunt:
 
 
 def _hunt(args, options: HuntOptions | None, store: Store) -> _Hunt:
-    flags = ResumeOptions(kernel_paths(args.kernel_path), args.golden_dtype, args.tier)
+    flags = ResumeOptions(kernel_paths(args.kernel_path), args.golden_dtype, args.tier, args.golden_device)
     if args.resume:
         stored = flake.resumed_hunt(store, args.resume, flags)
         ref = (stored.ref["name"], stored.ref["sha"]) if stored.ref else None
@@ -122,7 +122,7 @@ def _flake(args, options: HuntOptions | None, store: Store) -> int:
     with session_golden_cache(args) as golden_cache:
         run = engine_options(args, hunt.devices, kernel_paths=hunt.run_options.kernel_paths,
                              golden_dtype=hunt.run_options.golden_dtype, tier=hunt.run_options.tier,
-                             golden_cache=golden_cache)
+                             golden_device=hunt.run_options.golden_device, golden_cache=golden_cache)
         rules = flake.StopRules(options)
         for r in hunt.prior:        # --stop-after counts the failures stored before a resume
             rules.record(r)

@@ -67,6 +67,9 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-golden-cache", action="store_true",
                    help="do not keep goldens between runs (a run still computes each distinct golden once)")
     p.add_argument("--golden-dtype", choices=("fp32", "fp64"), default="fp32")
+    p.add_argument("--golden-device", type=nonempty("--golden-device"), default="cpu", metavar="DEV",
+                   help="compute goldens (and draw their inputs) on DEV, e.g. cuda:0 or npu:0, in --golden-dtype "
+                        "with TF32/HF32 off (default: the host CPU); its goldens are cached apart from the host's")
     p.add_argument("--log-dir", default=None, help="per-case logs (default reports/logs/<a name of the run's own>; in a git "
                    "checkout that is not a harness project, under ~/.cache/fused-kernel-harness/repos/)")
     p.add_argument("--max-log-mb", type=positive_int("--max-log-mb", 1 << 20), default=LOG_CAP_BYTES >> 20,

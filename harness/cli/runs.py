@@ -36,7 +36,7 @@ def cmd_run(args) -> int:
 
 
 def _run(args, store: Store) -> int:
-    flags = ResumeOptions(resolved_kernel_paths(args.kernel_path), args.golden_dtype, args.tier)
+    flags = ResumeOptions(resolved_kernel_paths(args.kernel_path), args.golden_dtype, args.tier, args.golden_device)
     if args.resume:
         resume = resumed(store, args.resume, flags)
         if not resume.planned:
@@ -50,7 +50,7 @@ def _run(args, store: Store) -> int:
         run_devices = devices(args)
     options = engine_options(args, run_devices, kernel_paths=resume_options.kernel_paths,
                              golden_dtype=resume_options.golden_dtype, tier=resume_options.tier,
-                             exitfirst=args.exitfirst)
+                             golden_device=resume_options.golden_device, exitfirst=args.exitfirst)
     reporter = Reporter(total=len(planned), plain=plain(args))
     with reporter:
         recorded = execute(

@@ -18,10 +18,12 @@ worker reads it with one mmap'd read, and the protocol stays plain data.  With
 when the run ends (each distinct golden is still computed once per run).
 
 The process is forked from the CPU zygote (which imported torch and the harness and ran
-nothing) when the run's workers are, otherwise spawned fresh with the device runtimes'
-autoload off.  Its environment has no ``--kernel-path`` and no case ``env:``.  The device
-threads share it under a lock.  If it cannot start, the device workers compute their own
-goldens without storing them, and the run says so in its warnings (``take_warning``).
+nothing) when the run's workers are and its goldens are computed on the host, otherwise
+spawned fresh: with the device runtimes' autoload off, or, under ``--golden-device``
+(``WorkerOptions.golden_device``), with it as the workers have it (torch-npu loads).
+Its environment has no ``--kernel-path`` and no case ``env:``.  The device threads share
+it under a lock.  If it cannot start, the device workers compute their own goldens
+without storing them, and the run says so in its warnings (``take_warning``).
 """
 from __future__ import annotations
 
@@ -53,7 +55,8 @@ def golden_env(options: WorkerOptions) -> dict[str, str]:
     if source_root():
         paths.append(source_root())
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"       # no device runtime in a process that uses none
+    if options.golden_device == "cpu":
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"   # no device runtime in a process that uses none
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -63,7 +66,7 @@ class GoldenProcess:
 
     def __init__(self, options: WorkerOptions, fork: bool):
         self.options = options
-        self.fork = fork
+        self.fork = fork and options.golden_device == "cpu"    # an accelerator runtime must not be forked
         self.current: WorkerProcess | None = None
         self.starts = 0
         self.unavailable: str | None = None     # why it could not start: workers compute their own goldens
@@ -111,7 +114,8 @@ class GoldenProcess:
                     proc = spawner().submit(
                         subprocess.Popen,
                         [sys.executable, "-m", "harness.worker.golden_serve", "--fd", str(child_sock.fileno()),
-                         "--golden-cache", self.cache_dir(), "--front-end-pid", str(os.getpid())],
+                         "--golden-cache", self.cache_dir(), "--front-end-pid", str(os.getpid()),
+                         "--golden-device", self.options.golden_device],
                         pass_fds=(child_sock.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=log_file,
                         stderr=subprocess.STDOUT, start_new_session=True,
                     ).result()

@@ -24,7 +24,7 @@ from typing import Any
 from harness.case import Case
 from harness.casefiles.located import did_you_mean
 from harness.classify import default_rules
-from harness.devices import Device, DeviceError
+from harness.devices import Device, DeviceError, parse_device
 from harness.errors import UsageError
 from harness.formats import one_line
 from harness.logs import LOG_CAP_BYTES
@@ -99,6 +99,7 @@ class Settings:
     kernel_paths: tuple[str, ...] = ()      # relative ones are taken from the current directory
     golden_cache: str | None = None         # None: $HARNESS_GOLDEN_CACHE or ~/.cache/...; "": keep no goldens
     golden_dtype: str = "fp32"
+    golden_device: str = "cpu"              # checked by golden_device(): where goldens are computed
     log_dir: str | None = None              # None: <log_root>/<log_prefix><log_name>
     log_root: Path | None = None            # None: default_log_root()
     log_prefix: str = ""
@@ -146,6 +147,7 @@ def run_options(settings: Settings) -> RunOptions:
     if settings.log_subdir:
         log_dir = log_dir / settings.log_subdir
     worker = WorkerOptions(log_dir=log_dir, golden_cache=cache, golden_dtype=settings.golden_dtype,
+                           golden_device=settings.golden_device,
                            kernel_paths=kernel_paths(settings.kernel_paths),
                            rules=default_rules(extra=[Path(p) for p in settings.rules]),
                            max_log_bytes=settings.max_log_bytes)
@@ -161,15 +163,18 @@ class ResumeOptions:
     kernel_paths: tuple[str, ...] = ()      # absolute
     golden_dtype: str = "fp32"
     tier: str = "auto"
+    golden_device: str = "cpu"              # --golden-device as given (checked again by golden_device())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kernel_paths": list(self.kernel_paths), "golden_dtype": self.golden_dtype, "tier": self.tier}
+        return {"kernel_paths": list(self.kernel_paths), "golden_dtype": self.golden_dtype, "tier": self.tier,
+                "golden_device": self.golden_device}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], default: "ResumeOptions") -> "ResumeOptions":
         """What ``data`` holds, ``default`` (today's flags) for what it lacks (an older run)."""
         return cls(kernel_paths=tuple(data.get("kernel_paths") or default.kernel_paths),
-                   golden_dtype=data.get("golden_dtype", default.golden_dtype), tier=data.get("tier", default.tier))
+                   golden_dtype=data.get("golden_dtype", default.golden_dtype), tier=data.get("tier", default.tier),
+                   golden_device=data.get("golden_device", default.golden_device))
 
 
 # -- absent devices ------------------------------------------------------------
@@ -210,6 +215,18 @@ def require_present(devices: Sequence[Device], allow_absent: bool, flag: str = "
         more = f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""
         raise DeviceError(f"{device} not present: {one_line(why)}{more}; {flag} runs anyway, "
                           f"every case on it SKIPPED")
+
+
+def golden_device(text: str, flag: str = "--golden-device") -> str:
+    """``--golden-device`` as the golden process takes it (``cuda`` is ``cuda:0``): a malformed
+    name, or an accelerator that is not present (probed as ``--device`` is), is a ``DeviceError``
+    naming ``flag`` (exit 2, before any case).  A golden device has no absent-devices escape:
+    without it there is nothing to compare against."""
+    device = parse_device(text, flag)
+    absent = absent_devices([device])
+    if absent:
+        raise DeviceError(f"{flag} {device} not present: {one_line(absent[device])}")
+    return str(device)
 
 
 # -- --kernel -------------------------------------------------------------------

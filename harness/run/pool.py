@@ -78,6 +78,7 @@ class WorkerOptions:
     log_dir: Path
     golden_cache: str = ""               # "" keeps goldens for this run only (the golden process's own directory)
     golden_dtype: str = "fp32"
+    golden_device: str = "cpu"           # where the golden process draws inputs and computes goldens (cpu, cuda:0)
     kernel_paths: tuple[str, ...] = ()   # prepended to the inherited PYTHONPATH
     startup_timeout_s: float = 300.0
     rules: tuple | None = None           # classifier rules (built-ins + project + --rules); None: built-ins

@@ -76,7 +76,7 @@ def _goldens(case: Case, ci: inputs.CaseInputs, golden_cache: GoldenCache, golde
     dtype = GOLDEN_DTYPES[golden_dtype]
     if golden is None:       # in-process: the benchmark's loop, or no golden process could start
         return golden_cache.get_or_compute(case.op, ci.spec, ci.args, dtype)
-    return golden_cache.read(case.op, ci.spec, golden.path, dtype), golden.hit
+    return golden_cache.read(case.op, ci.spec, golden.path, dtype, golden.device), golden.hit
 
 
 def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,

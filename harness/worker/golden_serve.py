@@ -19,42 +19,126 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 
+from dataclasses import dataclass
+from typing import Callable
+
+from harness.case import Case
 from harness.worker import protocol
 
+# Inputs (read-only arguments and caches) below this run on one torch thread: starting a
+# thread pool costs more than it saves on a golden this small (bench/bench_golden_scale.py).
+SMALL_GOLDEN_BYTES = 16 << 20
 
-def answer(request: protocol.GoldenRequest, cache) -> protocol.GoldenReply:
-    """The goldens of one request, in ``cache`` (a ``GoldenCache`` with a root)."""
+
+def host_cores() -> int:
+    """The cores this process may run on (its affinity), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:        # no affinity call on this platform
+        return os.cpu_count() or 1
+
+
+def golden_threads(input_bytes: int, cores: int) -> int:
+    """Torch threads for a host golden whose inputs take ``input_bytes``: one when small, else every core."""
+    return 1 if input_bytes < SMALL_GOLDEN_BYTES else max(1, cores)
+
+
+def input_bytes(case: Case) -> int:
+    """What ``case``'s inputs and caches take, from its memory plan (before anything is drawn)."""
+    from harness.memory_plan import plan
+
+    parts = plan(case)
+    return parts.inputs + parts.caches
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """What the golden process does on an accelerator kind: full fp32 matmuls, and giving memory back."""
+
+    full_precision: Callable[[], None]     # before the first golden: no reduced-precision matmul inputs
+    release: Callable[[], None]            # after each golden: cached blocks back to the device worker
+
+
+def _cuda_full_precision() -> None:
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def _cuda_release() -> None:
+    import torch
+    torch.cuda.empty_cache()
+
+
+def _npu_full_precision() -> None:
+    import torch_npu              # HF32 is Ascend's TF32: 11-bit mantissa matmul inputs
+    torch_npu.npu.matmul.allow_hf32 = False
+    torch_npu.npu.conv.allow_hf32 = False
+
+
+def _npu_release() -> None:
+    import torch
+    import torch_npu  # noqa: F401  (registers torch.npu)
+    torch.npu.empty_cache()
+
+
+ACCELERATORS: dict[str, Accelerator] = {"cuda": Accelerator(_cuda_full_precision, _cuda_release),
+                                        "npu": Accelerator(_npu_full_precision, _npu_release)}
+
+
+def golden_device(text: str):
+    """The torch device ``--golden-device`` names, set up for goldens (see ``Accelerator``)."""
+    from harness.devices import backend, parse_device
+
+    device = parse_device(text, "--golden-device")
+    if device.kind in ACCELERATORS:
+        ACCELERATORS[device.kind].full_precision()
+    return backend(device).torch_device(device)
+
+
+def answer(request: protocol.GoldenRequest, cache, device=None, cores: int | None = None) -> protocol.GoldenReply:
+    """The goldens of one request, in ``cache`` (a ``GoldenCache`` with a root), computed on
+    ``device`` (a torch device from ``golden_device``; None: the host, with ``cores`` threads at most)."""
     import torch
 
     from harness.worker import inputs
 
     started = time.perf_counter()
     case = request.case
+    device = device if device is not None else torch.device("cpu")
     try:
         dtype = {"fp32": torch.float32, "fp64": torch.float64}[request.dtype]
         spec = inputs.input_spec(case)
+        if device.type == "cpu":
+            torch.set_num_threads(golden_threads(input_bytes(case), cores or host_cores()))
 
         def make_inputs():
-            generated = inputs.generate(case)
+            generated = inputs.generate(case, device)
             if generated.spec != spec:      # the key would not describe these inputs
                 raise RuntimeError(f"input spec of {case.case_id} differs from its generated inputs' spec")
             return generated.args
 
-        path, key, hit = cache.ensure(case.op, spec, make_inputs, dtype)
+        try:
+            path, key, hit = cache.ensure(case.op, spec, make_inputs, dtype, device.type)
+        finally:
+            if device.type in ACCELERATORS:
+                ACCELERATORS[device.type].release()
     except Exception as exc:       # a golden that fails is the harness's failure: HARNESS_ERROR
         failure = protocol.Failure(protocol.Stage.GOLDEN, type(exc).__name__, str(exc),
                                    "".join(traceback.format_exception(exc)))
         return protocol.GoldenReply(case.case_id, request.nonce, failure=failure)
-    ref = protocol.GoldenRef(str(path), key, hit, time.perf_counter() - started, os.getpid())
+    ref = protocol.GoldenRef(str(path), key, hit, time.perf_counter() - started, os.getpid(), device.type)
     return protocol.GoldenReply(case.case_id, request.nonce, golden=ref)
 
 
-def serve(conn: Connection, cache_dir: str) -> int:
+def serve(conn: Connection, cache_dir: str, device_text: str = "cpu") -> int:
     """Announce readiness, then answer ``GoldenRequest``s until ``Stop`` or the pipe closes."""
     from harness.goldens.cache import GoldenCache
 
     cache = GoldenCache(cache_dir)
-    protocol.send(conn, protocol.Ready(pid=os.getpid(), absent=None, info={}))
+    device = golden_device(device_text)
+    cores = host_cores()
+    protocol.send(conn, protocol.Ready(pid=os.getpid(), absent=None, info={"golden_device": str(device)}))
     while True:
         try:
             request, _ = protocol.receive(conn, protocol.GoldenRequest, protocol.Stop)
@@ -62,7 +146,7 @@ def serve(conn: Connection, cache_dir: str) -> int:
             return 0
         if isinstance(request, protocol.Stop):
             return 0
-        protocol.send(conn, answer(request, cache))
+        protocol.send(conn, answer(request, cache, device, cores))
 
 
 def forked_main(conn: Connection, cache_dir: str, env: dict[str, str], log_path: str, front_end_pid: int) -> None:
@@ -80,9 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--golden-cache", required=True)
     parser.add_argument("--front-end-pid", type=int, required=True)
+    parser.add_argument("--golden-device", default="cpu")
     args = parser.parse_args(argv)
     lifeline(args.front_end_pid)
-    return serve(Connection(args.fd), args.golden_cache)
+    return serve(Connection(args.fd), args.golden_cache, args.golden_device)
 
 
 if __name__ == "__main__":

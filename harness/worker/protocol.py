@@ -84,13 +84,16 @@ class GoldenRef:
     hit: bool                          # found in the cache (True) or computed for this request
     seconds: float                     # the golden process's time for this request
     pid: int                           # the golden process that wrote or checked the file
+    device: str = "cpu"                # the device kind it computed on (part of the key unless cpu)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"path": self.path, "key": self.key, "hit": self.hit, "seconds": self.seconds, "pid": self.pid}
+        return {"path": self.path, "key": self.key, "hit": self.hit, "seconds": self.seconds, "pid": self.pid,
+                "device": self.device}
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> "GoldenRef":
-        return cls(path=data["path"], key=data["key"], hit=data["hit"], seconds=data["seconds"], pid=data["pid"])
+        return cls(path=data["path"], key=data["key"], hit=data["hit"], seconds=data["seconds"], pid=data["pid"],
+                   device=data.get("device", "cpu"))
 
 
 @dataclass(frozen=True)
