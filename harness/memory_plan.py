@@ -15,6 +15,9 @@ worker does with one case:
   generation   the biggest transient of input generation (a weight drawn in fp32, then rounded)
   checks       the biggest transient of the checks (which cache rows changed: one bool each)
 
+What a worker keeps between repeats of a case, to restore instead of generating again, is
+``kept_bytes``; ``keep_fits`` says whether it may keep it.
+
 On an accelerator the device holds the launch (inputs, pristine, caches, guards, outputs)
 and the host holds the generated inputs and caches, the golden, and the buffers copied back.
 On the CPU the two are one memory: the kernel gets the generated inputs themselves, and the
@@ -80,6 +83,16 @@ class MemoryPlan:
             return self.device_bytes(kind)
         # generated inputs and caches, the golden, and the outputs and caches copied back
         return self.inputs + 2 * self.caches + self.outputs + self.golden + self.transient
+
+    def kept_bytes(self, kind: str) -> tuple[int, int]:
+        """(device, host) bytes a worker keeps between repeats of the case (``harness/worker/repeats.py``):
+        the generated inputs and caches (the caches are the pristine copy the buffers are restored
+        from), the guarded caches and outputs, the goldens, and off the CPU the host copy the checks
+        read.  On the CPU both figures are the one memory's."""
+        device = self.inputs + 2 * self.caches + self.guard_bands + self.outputs
+        if kind == "cpu":
+            return device + self.golden, device + self.golden
+        return device, self.inputs + self.caches + self.golden
 
     @property
     def total(self) -> int:
@@ -190,3 +203,27 @@ def fit_problem(plan: MemoryPlan, device: Device, on_device: Memory | None, on_h
             place = "" if device.kind == "cpu" else f" on {where}"
             return f"needs {human_bytes(need)}{place}; {where} has {human_bytes(memory.available)} available"
     return None
+
+
+def keep_fits(kept: list[MemoryPlan], kind: str, on_device: Memory | None, on_host: Memory | None,
+              held: tuple[int, int]) -> bool:
+    """Whether a worker may keep the repeat state of every case in ``kept`` (``kept_bytes``) and still
+    run the biggest of them once more.  ``on_device``/``on_host``: measured now, while the worker
+    holds ``held`` (device, host) bytes that keeping would not add.  A memory with no figure keeps
+    nothing but the newest state (one case, as a worker without reuse would hold while it runs)."""
+    if not kept:
+        return True
+    memories = [(0, on_device)] if kind == "cpu" else [(0, on_device), (1, on_host)]
+    for side, memory in memories:
+        if memory is None:
+            if len(kept) > 1:
+                return False
+            continue
+        room = memory.available + held[side]
+        need = sum(p.kept_bytes(kind)[side] for p in kept)
+        # a repeat of one of them needs its peak beyond what it keeps
+        peak = max((p.device_bytes(kind) if side == 0 else p.host_bytes(kind)) - p.kept_bytes(kind)[side]
+                   for p in kept)
+        if need + max(peak, 0) > room:
+            return False
+    return True

@@ -1,7 +1,7 @@
 """One case, start to reply, inside the device worker's process.
 
-inputs from the seed → goldens (read from the golden process's file) → kernel import →
-launch → checks.
+inputs from the seed (a repeat's restored instead: ``repeats``) → goldens (read from the golden
+process's file) → kernel import → launch → checks.
 Returns a ``protocol.CaseReply``; the front end turns it into a ``Result``
 (classifying exceptions there, where the log and exit status are known too).
 The in-process benchmark loop calls this same function, so the harness's
@@ -22,6 +22,8 @@ from harness.worker import checks
 from harness.worker import determinism
 from harness.worker import hygiene
 from harness.worker import inputs
+from harness.worker import repeats as reuse
+from harness import memory_plan
 from harness.worker.input_digest import digest_inputs
 from harness.case import Case
 from harness.devices import Backend, Device
@@ -82,25 +84,40 @@ def _goldens(case: Case, ci: inputs.CaseInputs, golden_cache: GoldenCache, golde
 def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,
                  loader: KernelLoader, golden_dtype: str = "fp32", *, golden: GoldenRef | None = None,
                  repeat: int = 0, baseline: str | None = None,
-                 baselines: determinism.Baselines | None = None) -> CaseReply:
+                 baselines: determinism.Baselines | None = None,
+                 repeats: reuse.Repeats | None = None) -> CaseReply:
     """``golden``: the golden process's file of this case's goldens, read (key and digest checked)
     through ``golden_cache``; None computes them here (``golden_cache.get_or_compute``).
     ``baseline``: a file to compare every output and cache with bit for bit (fixed-seed
-    flake hunts; the first iteration writes it), kept in ``baselines`` between cases."""
+    flake hunts; the first iteration writes it), kept in ``baselines`` between cases.
+    ``repeats``: this worker's kept inputs; a case kept there is restored instead of generated
+    (``harness/worker/repeats.py``)."""
     t0 = time.perf_counter()
     watch = hygiene.Watch()   # what the kernel leaves behind in this process (docs/architecture.md)
     try:
         torch_device = backend.torch_device(device)
-        ci = _stage(Stage.INPUTS, inputs.generate, case, torch_device)      # drawn where the kernel runs
-        generated = _stage(Stage.INPUTS, digest_inputs, ci.op, ci.args)   # before the kernel can touch them
-        host = _stage(Stage.INPUTS, inputs.on_host, ci)                      # ci itself on the CPU
+        wanted = _stage(Stage.INPUTS, reuse.key, case, golden, golden_dtype) if repeats else ""
+        kept = repeats.take(wanted) if repeats else None
+        if kept is not None:  # a repeat: the first one's inputs, its buffers back to their pre-launch bytes
+            _stage(Stage.INPUTS, kept.buffers.restore, kept.ci)
+            ci, generated, host = kept.ci, kept.generated, kept.host
+        else:
+            if repeats:
+                repeats.make_room(memory_plan.plan(case, golden_dtype))
+            ci = _stage(Stage.INPUTS, inputs.generate, case, torch_device)      # drawn where the kernel runs
+            generated = _stage(Stage.INPUTS, digest_inputs, ci.op, ci.args)   # before the kernel can touch them
+            host = _stage(Stage.INPUTS, inputs.on_host, ci)                      # ci itself on the CPU
         t1 = time.perf_counter()
-        goldens, hit = _stage(Stage.GOLDEN, _goldens, case, host, golden_cache, golden_dtype, golden)
+        if kept is not None:
+            goldens, hit = kept.goldens, (golden.hit if golden else True)
+        else:
+            goldens, hit = _stage(Stage.GOLDEN, _goldens, case, host, golden_cache, golden_dtype, golden)
         t2 = time.perf_counter()
         with watch:           # the kernel's window: its import and its launch
             kernel = _stage(Stage.IMPORT, loader.load, case.kernel, case.op)
             try:
-                launched = launch(kernel, ci, torch_device, lambda: backend.synchronize(device))
+                launched = launch(kernel, ci, torch_device, lambda: backend.synchronize(device),
+                                  kept.buffers if kept else None)
             except ContractError as exc:
                 raise StageError(Stage.CONTRACT, exc) from exc
             except Exception as exc:
@@ -119,12 +136,17 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         failure = Failure(tagged.stage, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)))
         return CaseReply(case.case_id, time.perf_counter() - t0, failure=failure,
                          metrics=watch.disturbed.metrics(), replace_worker=watch.disturbed.replace_reason)
+    if repeats:
+        plan = kept.plan if kept else memory_plan.plan(case, golden_dtype)
+        repeats.keep(wanted, reuse.Kept(ci, host, generated, goldens, hit, launched.buffers, plan),
+                     launched, watch.disturbed.replace_reason)
     # golden_s: the golden process's time for this case and this worker's read of its file
     timings = {"inputs_s": t1 - t0, "golden_s": (golden.seconds if golden else 0.0) + t2 - t1,
                **({"golden_read_s": t2 - t1} if golden else {}), "launch_s": t3 - t2, "check_s": t4 - t3}
     metrics = {**found.metrics, "timings": timings, "golden_cache_hit": hit,
                "golden_source": f"golden process {golden.pid}" if golden else "device worker",
                "inputs_bytes": generated.nbytes, "inputs_digest": generated.digest,
+               "inputs_reused": kept is not None, "inputs_kept_bytes": repeats.nbytes if repeats else 0,
                "kernel": loader.origin(case.kernel, case.op),
                **({"determinism": bits} if bits is not None else {}),
                # what an adapted kernel copied, which the buffer checks cannot see (docs/adapters.md)

@@ -41,13 +41,18 @@ class GuardedBuffer:
     def allocate(cls, name: str, content: torch.Tensor, device: torch.device, guard_elems: int) -> "GuardedBuffer":
         numel = content.numel()
         storage = torch.empty(numel + 2 * guard_elems, dtype=content.dtype, device=device)
-        as_bytes = storage.view(torch.uint8)
-        itemsize = content.element_size()
-        as_bytes[: guard_elems * itemsize] = GUARD_BYTE
-        as_bytes[(guard_elems + numel) * itemsize:] = GUARD_BYTE
         view = storage[guard_elems: guard_elems + numel].view(content.shape)
-        view.copy_(content)
-        return cls(name, storage, view, guard_elems)
+        buf = cls(name, storage, view, guard_elems)
+        buf.fill(content)
+        return buf
+
+    def fill(self, content: torch.Tensor) -> None:
+        """Guard bands to their pattern and the tensor to ``content``: the pre-launch bytes, in place."""
+        as_bytes = self.storage.view(torch.uint8)
+        band = self.guard * self.storage.element_size()
+        as_bytes[:band] = GUARD_BYTE
+        as_bytes[len(as_bytes) - band:] = GUARD_BYTE
+        self.view.copy_(content)
 
     def guard_damage(self) -> tuple[list[int], list[int]]:
         """Element offsets (relative to the tensor start) of guard elements whose bytes changed."""
@@ -82,6 +87,11 @@ class Launched:
     guard_damage: dict[str, tuple[list[int], list[int]]]
     returned: str | None               # None when the return value fits the contract, else what was wrong
     inputs_written: tuple[InputWrite, ...] = ()   # read-only inputs the kernel changed
+    buffers: "Buffers | None" = None   # the guarded buffers themselves, on the device: a repeat restores them
+
+    @property
+    def guards_intact(self) -> bool:
+        return not any(before or after for before, after in self.guard_damage.values())
 
 
 def verify_signature(kernel: Callable, kwargs: dict[str, Any], op_name: str) -> None:
@@ -121,37 +131,69 @@ def _returned_problem(ret: Any, outputs: list[GuardedBuffer]) -> str | None:
     return f"returned {type(ret).__name__}, expected None or the '{outputs[0].name}' tensor"
 
 
-def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: Callable[[], None]) -> Launched:
+class Buffers:
+    """The guarded buffers of one launch: every cache (a copy of the generated one) and every
+    output (poisoned), each inside its guard bands, on the kernel's device."""
+
+    def __init__(self, by_name: dict[str, GuardedBuffer]) -> None:
+        self.by_name = by_name
+
+    @classmethod
+    def allocate(cls, ci: CaseInputs, device: torch.device) -> "Buffers":
+        buffers: dict[str, GuardedBuffer] = {}
+        for arg in ci.op.caches:
+            content = ci.args[arg.name]
+            # At least one cache row (and a page where pages are small) on each side:
+            # a slot of -1 computed with raw offsets lands inside the band.
+            row = content.shape[-2] * content.shape[-1]
+            guard = max(_MIN_GUARD_BYTES // content.element_size(), row * content.shape[-3])
+            buffers[arg.name] = GuardedBuffer.allocate(arg.name, content, device, guard)
+        for arg in ci.op.outputs:
+            shape, dtype = ci.outputs[arg.name]
+            guard = _MIN_GUARD_BYTES // torch.empty((), dtype=dtype).element_size()
+            buffers[arg.name] = GuardedBuffer.allocate(arg.name, poisoned(shape, dtype), device, guard)
+        return cls(buffers)
+
+    def restore(self, ci: CaseInputs) -> None:
+        """Every buffer back to the bytes ``allocate`` gave it, in place: a repeat of the case
+        (``harness/worker/repeats.py``).  The generated caches in ``ci`` are the pristine copy;
+        the poison and the bands are constant patterns, refilled."""
+        for arg in ci.op.caches:
+            self.by_name[arg.name].fill(ci.args[arg.name])
+        for arg in ci.op.outputs:
+            buf = self.by_name[arg.name]
+            buf.fill(poisoned((), buf.view.dtype).to(buf.view.device).expand(buf.view.shape))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.storage.numel() * b.storage.element_size() for b in self.by_name.values())
+
+
+def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: Callable[[], None],
+           buffers: Buffers | None = None) -> Launched:
+    """One call of ``kernel``; ``buffers``: guarded buffers in their pre-launch state (a repeat's,
+    restored), else allocated here."""
     kwargs: dict[str, Any] = {}
-    buffers: dict[str, GuardedBuffer] = {}
     for arg in ci.op.args:
         if arg.role == "input":
             kwargs[arg.name] = ci.args[arg.name].to(device)
         elif arg.role == "scalar":
             kwargs[arg.name] = ci.args[arg.name]
-    for arg in ci.op.caches:
-        content = ci.args[arg.name]
-        # At least one cache row (and a page where pages are small) on each side:
-        # a slot of -1 computed with raw offsets lands inside the band.
-        row = content.shape[-2] * content.shape[-1]
-        guard = max(_MIN_GUARD_BYTES // content.element_size(), row * content.shape[-3])
-        buffers[arg.name] = GuardedBuffer.allocate(arg.name, content, device, guard)
-    for arg in ci.op.outputs:
-        shape, dtype = ci.outputs[arg.name]
-        guard = _MIN_GUARD_BYTES // torch.empty((), dtype=dtype).element_size()
-        buffers[arg.name] = GuardedBuffer.allocate(arg.name, poisoned(shape, dtype), device, guard)
-    kwargs.update({name: buf.view for name, buf in buffers.items()})
+    if buffers is None:
+        buffers = Buffers.allocate(ci, device)
+    kwargs.update({name: buf.view for name, buf in buffers.by_name.items()})
 
     verify_signature(kernel, kwargs, ci.op.name)
     seal = InputSeal({a.name: kwargs[a.name] for a in ci.op.by_role("input")})
     ret = kernel(**kwargs)
     synchronize()
 
-    outputs = [buffers[a.name] for a in ci.op.outputs]
+    by_name = buffers.by_name
     return Launched(
-        outputs={a.name: buffers[a.name].view.cpu() for a in ci.op.outputs},
-        caches={a.name: buffers[a.name].view.cpu() for a in ci.op.caches},
-        guard_damage={name: buf.guard_damage() for name, buf in buffers.items()},
-        returned=_returned_problem(ret, outputs),
+        outputs={a.name: by_name[a.name].view.cpu() for a in ci.op.outputs},
+        caches={a.name: by_name[a.name].view.cpu() for a in ci.op.caches},
+        guard_damage={name: buf.guard_damage() for name, buf in by_name.items()},
+        returned=_returned_problem(ret, [by_name[a.name] for a in ci.op.outputs]),
         inputs_written=seal.written(),
+        buffers=buffers,
     )

@@ -108,10 +108,11 @@ def serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
     from harness.goldens.cache import GoldenCache
-    from harness.devices import backend as backend_for, parse_device
+    from harness.devices import backend as backend_for, host_memory, parse_device
     from harness.worker.determinism import Baselines
     from harness.worker.execute import KernelLoader, execute_case
     from harness.worker.hygiene import warm_up
+    from harness.worker import repeats as reuse
 
     device = parse_device(device_text)
     backend = backend_for(device)
@@ -129,6 +130,7 @@ def serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
     golden_cache = GoldenCache(None)
     loader = KernelLoader()
     baselines = Baselines()
+    repeats = reuse.Repeats(device.kind, lambda: (backend.memory(device), host_memory()), on=reuse.enabled())
     protocol.send(conn, protocol.Ready(pid=os.getpid(), absent=absent, info=info))
 
     while True:
@@ -141,7 +143,7 @@ def serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
         with redirected_output(request.log):
             reply = execute_case(request.case, device, backend, golden_cache, loader, golden_dtype,
                                  golden=request.golden, repeat=request.repeat, baseline=request.baseline,
-                                 baselines=baselines)
+                                 baselines=baselines, repeats=repeats)
         protocol.send(conn, dataclasses.replace(reply, nonce=request.nonce))
 
 
