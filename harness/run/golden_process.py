@@ -74,8 +74,8 @@ class GoldenProcess:
         self._closed = False
         self._lock = threading.Lock()
         self._own_dir: str | None = None        # --no-golden-cache: this run's files, removed by close
-        # asked, not yet taken: by case id, with the case itself (a mutant shares its case's id)
-        self._asked: dict[str, tuple[Case, Future]] = {}
+        # asked, not yet taken: by case id, each with its case (mutants and fresh seeds share an id)
+        self._asked: dict[str, list[tuple[Case, Future]]] = {}
         self._asked_lock = threading.Lock()
         self._requests = ThreadPoolExecutor(max_workers=1, thread_name_prefix="golden-requests")
 
@@ -182,26 +182,32 @@ class GoldenProcess:
     def request(self, case: Case) -> protocol.GoldenReply | None:
         """The goldens of ``case`` (a ``GoldenRef``, or the failure computing them); None when the
         golden process cannot start, and the device worker computes them itself."""
-        future = self._ask(case)
-        with self._asked_lock:
-            if self._asked.get(case.case_id, (None, None))[1] is future:
-                del self._asked[case.case_id]
+        future = self._ask(case, take=True)
         try:
             return future.result()
         except CancelledError:
             return _failed(case, "the run ended before the golden was made", "")
 
-    def _ask(self, case: Case) -> Future:
+    def _ask(self, case: Case, take: bool = False) -> Future:
+        """The future of ``case``'s reply, asked now unless it already was; ``take``: and forget it
+        (the next ask of an equal case asks again: a hit then)."""
         with self._asked_lock:
-            asked = self._asked.get(case.case_id)
-            if asked is not None and asked[0] == case:
-                return asked[1]
-            if self._closed:
-                future: Future = Future()
-                future.cancel()
-                return future
-            future = self._requests.submit(self._request_now, case)
-            self._asked[case.case_id] = (case, future)
+            same_id = self._asked.setdefault(case.case_id, [])
+            for i, (asked, future) in enumerate(same_id):
+                if asked == case:          # equal, not just the same id: a flake hunt's fresh seeds share one
+                    if take:
+                        del same_id[i]
+                    break
+            else:
+                if self._closed:
+                    future = Future()
+                    future.cancel()
+                    return future
+                future = self._requests.submit(self._request_now, case)
+                if not take:
+                    same_id.append((case, future))
+            if not same_id:
+                del self._asked[case.case_id]
             return future
 
     def _request_now(self, case: Case) -> protocol.GoldenReply | None:

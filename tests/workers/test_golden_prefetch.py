@@ -85,3 +85,19 @@ def test_a_request_after_close_fails_as_a_golden_failure(tmp_path):
     process.close()
     reply = process.request(_cases(1)[0])
     assert reply.failure is not None and "run ended" in reply.failure.message
+
+
+def test_prefetched_cases_sharing_an_id_each_keep_their_own_computed_golden(tmp_path):
+    """A flake hunt with fresh seeds asks for iteration 2 (same id, other seed) before
+    iteration 1 runs: each must get the reply computed for it, not a second ask's hit."""
+    process = GoldenProcess(WorkerOptions(log_dir=tmp_path / "logs", golden_cache=str(tmp_path / "g")), fork=True)
+    try:
+        first = _cases(1)[0]
+        second = replace(first, seed=first.seed + 1)
+        process.prefetch(first)
+        process.prefetch(second)
+        replies = [process.request(first), process.request(second)]
+        assert [r.golden.hit for r in replies] == [False, False]
+        assert process.request(first).golden.hit is True          # taken: asked again, a cache hit
+    finally:
+        process.close()
