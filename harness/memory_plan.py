@@ -5,23 +5,26 @@ can refuse a case no machine holds when the matrix is expanded, and skip one the
 is scheduled on cannot hold, before a worker allocates a byte.  The parts follow what the
 worker does with one case:
 
-  inputs       read-only arguments, generated on the host (``harness/worker/inputs.py``)
-  caches       the paged KV caches in their pre-launch state, generated on the host
+  inputs       read-only arguments, generated on the case's device (``harness/worker/inputs.py``)
+  caches       the paged KV caches in their pre-launch state, generated there too
   outputs      the poisoned output buffers
   guard_bands  the bands around every writable buffer (``harness/worker/launch.py``)
   pristine     the input guard's copy of every read-only input (``harness/worker/input_guard.py``)
   golden       the golden's results (with their ``@exact`` twins and the golden cache's copy),
                computed on the host in fp32 or fp64 (``goldens/``), and its peak working set
   generation   the biggest transient of input generation (a weight drawn in fp32, then rounded)
-  checks       the biggest transient of the checks (which cache rows changed: one bool each)
+  checks       the biggest transient of the checks (which cache rows changed: one bool per
+               element of one layer's cache, compared a layer at a time)
 
 What a worker keeps between repeats of a case, to restore instead of generating again, is
 ``kept_bytes``; ``keep_fits`` says whether it may keep it.
 
-On an accelerator the device holds the launch (inputs, pristine, caches, guards, outputs)
-and the host holds the generated inputs and caches, the golden, and the buffers copied back.
-On the CPU the two are one memory: the kernel gets the generated inputs themselves, and the
-caches a guarded copy.
+On an accelerator the device holds the generated inputs and caches, the launch (pristine,
+the caches' guarded copy, guards, outputs) and what the checks read there (the goldens and
+their temporaries); the host holds the golden process's share: the same inputs and caches
+drawn on the host, the golden and its working set.  On the CPU the two are one memory: the
+kernel gets the generated inputs themselves, and the caches a guarded copy.  A golden
+computed on an accelerator (``--golden-device``) is not counted on it.
 """
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ class MemoryPlan:
     golden: int            # the golden's results, their @exact twins and the golden cache's copy: held to the end
     golden_working: int    # the golden's peak temporaries while it computes
     generation: int        # input generation's biggest temporary
-    checks: int            # the checks' biggest temporary (a cache-sized mask of changed rows)
+    checks: int            # the checks' biggest temporary (a layer-sized mask of changed elements)
 
     @property
     def launch(self) -> int:
@@ -75,24 +78,26 @@ class MemoryPlan:
         """Peak bytes on the device the case runs on (``cpu``: the whole case, host included)."""
         if kind == "cpu":   # generated inputs are handed over as they are; caches get a guarded copy
             return self.launch + self.caches + self.golden + self.transient
-        return self.launch
+        # the generated caches stay beside their guarded copy; the checks bring the goldens
+        return self.launch + self.caches + self.golden + max(self.generation, self.checks)
 
     def host_bytes(self, kind: str) -> int:
         """Peak bytes on the host; for ``cpu`` the same figure as ``device_bytes``."""
         if kind == "cpu":
             return self.device_bytes(kind)
-        # generated inputs and caches, the golden, and the outputs and caches copied back
-        return self.inputs + 2 * self.caches + self.outputs + self.golden + self.transient
+        # the golden process: the inputs and caches drawn on the host, the golden, its working set
+        drawn = self.inputs + self.caches + self.golden
+        return drawn + max(self.golden_working, self.generation) + drawn // 8
 
     def kept_bytes(self, kind: str) -> tuple[int, int]:
         """(device, host) bytes a worker keeps between repeats of the case (``harness/worker/repeats.py``):
         the generated inputs and caches (the caches are the pristine copy the buffers are restored
-        from), the guarded caches and outputs, the goldens, and off the CPU the host copy the checks
-        read.  On the CPU both figures are the one memory's."""
+        from), the guarded caches and outputs on the device, and the goldens on the host.  On the
+        CPU both figures are the one memory's."""
         device = self.inputs + 2 * self.caches + self.guard_bands + self.outputs
         if kind == "cpu":
             return device + self.golden, device + self.golden
-        return device, self.inputs + self.caches + self.golden
+        return device, self.golden
 
     @property
     def total(self) -> int:
@@ -131,8 +136,13 @@ def plan(case: Case, golden_dtype: str = "fp32") -> MemoryPlan:
         golden=_golden_results(case, op, sizes, g),
         golden_working=_golden_working(case, sizes, g),
         generation=4 * max((numel(a) for a in op.by_role("input")), default=0),   # drawn in fp32
-        checks=max((numel(a) for a in op.caches), default=0),                     # one bool per element
+        checks=max((numel(a) // _layers(a, sizes) for a in op.caches), default=0),   # one bool per element
     )
+
+
+def _layers(arg, sizes: dict[str, int]) -> int:
+    """The layers of a per-layer cache (its first dim, ``L``), else 1: the checks compare one at a time."""
+    return sizes["L"] if arg.shape[0] == "L" else 1
 
 
 def _guard_bytes(arg, sizes: dict[str, int]) -> int:

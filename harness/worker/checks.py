@@ -4,6 +4,11 @@ Each check yields findings; the case's outcome is the most specific finding
 (``outcomes.CHECK_PRECEDENCE``): a guard band touched explains a mismatch, a
 poisoned element explains a NaN.  All findings are kept in the report so an
 engineer sees the whole picture, first cause first.
+
+The checks run on the device that holds the outputs: the goldens (a few MB) go to it, the
+outputs and caches (up to many GB) stay there, and only what the report prints comes back
+to the host: counts, per-axis ratios, the listed indices and values.  The slot mapping and
+the row masks are host tensors; they move to the device where a device tensor meets them.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import torch
 
 from harness.case import Case, Tolerance
 from harness.goldens import EXACT_SUFFIX
-from harness.worker.input_guard import InputWrite
+from harness.worker.input_guard import InputWrite, bits
 from harness.worker.ratio_allclose import Comparison, ratio_allclose, summarise_localisation
 from harness.worker.inputs import CaseInputs
 from harness.worker.launch import Launched, poison_mask
@@ -64,6 +69,9 @@ class Findings:
 
 
 def run_checks(case: Case, ci: CaseInputs, goldens: dict[str, torch.Tensor], launched: Launched) -> Findings:
+    """``ci`` and ``launched`` on the kernel's device; ``goldens`` anywhere (moved to that device)."""
+    device = next(iter(launched.outputs.values())).device
+    goldens = {name: g.to(device) for name, g in goldens.items()}
     findings: list[Finding] = []
     metrics: dict[str, Any] = {"compare": {}}
     findings += _guard_findings(ci, launched)
@@ -218,7 +226,7 @@ def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.
         metrics["compare"][name] = {"skipped": "every row has slot < 0"}
         return []
     findings = []
-    row_mask = rows if rows is not None else torch.ones(actual.shape[0], dtype=torch.bool)
+    row_mask = (rows if rows is not None else torch.ones(actual.shape[0], dtype=torch.bool)).to(actual.device)
     compared = row_mask.view(-1, *([1] * (actual.dim() - 1))).expand(actual.shape)
 
     unwritten = poison_mask(actual) & compared
@@ -322,14 +330,16 @@ def _cache_findings(case: Case, ci: CaseInputs, name: str, before: torch.Tensor,
     flat_before = before.reshape(L, -1, *row_shape)
     flat_after = after.reshape(L, -1, *row_shape)
     findings = []
+    device = after.device
 
     written = ci.slots[ci.slots >= 0] if ci.op.writes_cache else ci.slots[:0]
+    on_device = written.to(device)
     if golden_rows is not None and len(written):
-        valid = ci.slots >= 0
+        valid = (ci.slots >= 0).to(device)
         expected = (golden_rows if layered else golden_rows.unsqueeze(0))[:, valid]
         if exact is not None:
             exact = (exact if layered else exact.unsqueeze(0))[:, valid]
-        actual = flat_after[:, written]
+        actual = flat_after[:, on_device]
         tol = case.tolerance_for(name)
         cmp = ratio_allclose(
             actual, expected, atol=tol.atol, rtol=tol.rtol, max_error_ratio=tol.max_error_ratio,
@@ -341,22 +351,24 @@ def _cache_findings(case: Case, ci: CaseInputs, name: str, before: torch.Tensor,
         if not cmp.passed:
             findings.append(Finding(Outcome.MISMATCH, _mismatch_line(cmp), cmp.report()))
 
-    untouched = torch.ones(flat_before.shape[1], dtype=torch.bool)
-    untouched[written] = False
-    bits = torch.int16
-    changed = (flat_after.view(bits) != flat_before.view(bits)).flatten(2).any(dim=2) & untouched
+    untouched = torch.ones(flat_before.shape[1], dtype=torch.bool, device=device)
+    untouched[on_device] = False
+    changed = torch.zeros(L, flat_before.shape[1], dtype=torch.bool, device=device)
+    for layer in range(L):     # a layer at a time: the elementwise mask is a layer's size, not the cache's
+        changed[layer] = bits(flat_after[layer]).ne(bits(flat_before[layer])).flatten(1).any(dim=1)
+    changed &= untouched
     n_changed = int(changed.sum())
     if n_changed:
         listed = []
-        for layer, slot in changed.nonzero().tolist()[:_MAX_LISTED]:
+        for layer, slot in changed.nonzero()[:_MAX_LISTED].tolist():
             prefix = f"layer {layer} " if layered else ""
             listed.append(f"{prefix}slot {slot} (page {slot // P}, offset {slot % P})")
         more = ", ..." if n_changed > _MAX_LISTED else ""
         # A negative slot used as a Python/torch index wraps to the end of the cache.
         rows_total = flat_before.shape[1]
-        wrapped = {rows_total + s for s in ci.slots.tolist() if s < 0} if ci.op.writes_cache else set()
+        wrapped = sorted({rows_total + s for s in ci.slots.tolist() if s < 0}) if ci.op.writes_cache else []
         hint = ""
-        if wrapped & set(changed.any(dim=0).nonzero().flatten().tolist()):
+        if wrapped and bool(changed[:, wrapped].any()):
             hint = " (where a negative slot lands when used as an index: a write for slot < 0)"
         findings.append(Finding(
             Outcome.CONTRACT,

@@ -24,19 +24,13 @@ from typing import Any, Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
+from harness.worker.input_guard import bits
 from harness.worker.ratio_allclose import summarise_localisation
 from harness.ops import OpSpec
 
 # Cache dims: the paged layout [N, P, Hkv, D].
 CACHE_AXES = ("page", "offset", "head", None)
 _MEMORY_BYTES = 512 * 2 ** 20
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """An integer view of the same bytes (NaN payloads compare like any other bits)."""
-    if not t.is_floating_point():
-        return t
-    return t.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
 def digest(t: torch.Tensor) -> str:
@@ -49,7 +43,7 @@ def bit_diff(name: str, actual: torch.Tensor, baseline: torch.Tensor, axes: Sequ
     if actual.shape != baseline.shape or actual.dtype != baseline.dtype:
         return {"name": name, "count": actual.numel(), "numel": actual.numel(),
                 "shape_changed": f"{tuple(baseline.shape)} {baseline.dtype} -> {tuple(actual.shape)} {actual.dtype}"}
-    differ = _bits(actual) != _bits(baseline)
+    differ = bits(actual.contiguous()) != bits(baseline.contiguous())
     count = int(differ.sum())
     if count == 0:
         return None

@@ -76,9 +76,14 @@ def _stage(stage: Stage, fn: Callable, *args, **kwargs):
 def _goldens(case: Case, ci: inputs.CaseInputs, golden_cache: GoldenCache, golden_dtype: str,
              golden: GoldenRef | None) -> tuple[dict[str, torch.Tensor], bool]:
     dtype = GOLDEN_DTYPES[golden_dtype]
-    if golden is None:       # in-process: the benchmark's loop, or no golden process could start
-        return golden_cache.get_or_compute(case.op, ci.spec, ci.args, dtype)
+    if golden is None:       # in-process (the benchmark's loop, or no golden process could start): on the host
+        return golden_cache.get_or_compute(case.op, ci.spec, inputs.on_host(ci).args, dtype)
     return golden_cache.read(case.op, ci.spec, golden.path, dtype, golden.device), golden.hit
+
+
+def _on_host(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Host copies for the determinism check, whose baselines are files (the same tensors on the CPU)."""
+    return {name: t.cpu() for name, t in tensors.items()}
 
 
 def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,
@@ -100,18 +105,17 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         kept = repeats.take(wanted) if repeats else None
         if kept is not None:  # a repeat: the first one's inputs, its buffers back to their pre-launch bytes
             _stage(Stage.INPUTS, kept.buffers.restore, kept.ci)
-            ci, generated, host = kept.ci, kept.generated, kept.host
+            ci, generated = kept.ci, kept.generated
         else:
             if repeats:
                 repeats.make_room(memory_plan.plan(case, golden_dtype))
             ci = _stage(Stage.INPUTS, inputs.generate, case, torch_device)      # drawn where the kernel runs
             generated = _stage(Stage.INPUTS, digest_inputs, ci.op, ci.args)   # before the kernel can touch them
-            host = _stage(Stage.INPUTS, inputs.on_host, ci)                      # ci itself on the CPU
         t1 = time.perf_counter()
         if kept is not None:
             goldens, hit = kept.goldens, (golden.hit if golden else True)
         else:
-            goldens, hit = _stage(Stage.GOLDEN, _goldens, case, host, golden_cache, golden_dtype, golden)
+            goldens, hit = _stage(Stage.GOLDEN, _goldens, case, ci, golden_cache, golden_dtype, golden)
         t2 = time.perf_counter()
         with watch:           # the kernel's window: its import and its launch
             kernel = _stage(Stage.IMPORT, loader.load, case.kernel, case.op)
@@ -123,13 +127,15 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
             except Exception as exc:
                 raise StageError(Stage.LAUNCH, exc) from exc
         t3 = time.perf_counter()
-        found = hygiene.with_findings(_stage(Stage.CHECK, checks.run_checks, case, host, goldens, launched),
+        # on the kernel's device: only what the report prints comes to the host
+        found = hygiene.with_findings(_stage(Stage.CHECK, checks.run_checks, case, ci, goldens, launched),
                                       watch.disturbed)
         bits = None
         if baseline:
             bits = _stage(Stage.DETERMINISM, determinism.diff_against_baseline,
                           baselines or determinism.Baselines(), baseline,
-                          ci.op, launched.outputs, launched.caches, repeat, found.outcome.passed)
+                          ci.op, _on_host(launched.outputs), _on_host(launched.caches), repeat,
+                          found.outcome.passed)
         t4 = time.perf_counter()
     except StageError as tagged:
         exc = tagged.exc
@@ -138,7 +144,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
                          metrics=watch.disturbed.metrics(), replace_worker=watch.disturbed.replace_reason)
     if repeats:
         plan = kept.plan if kept else memory_plan.plan(case, golden_dtype)
-        repeats.keep(wanted, reuse.Kept(ci, host, generated, goldens, hit, launched.buffers, plan),
+        repeats.keep(wanted, reuse.Kept(ci, generated, goldens, hit, launched.buffers, plan),
                      launched, watch.disturbed.replace_reason)
     # golden_s: the golden process's time for this case and this worker's read of its file
     timings = {"inputs_s": t1 - t0, "golden_s": (golden.seconds if golden else 0.0) + t2 - t1,

@@ -23,16 +23,17 @@ _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 @dataclass(frozen=True)
 class InputWrite:
-    """One input the kernel changed, on the CPU."""
+    """One input the kernel changed."""
 
     name: str
-    changed: torch.Tensor          # bool, the input's shape: True where the bits differ
+    changed: torch.Tensor          # bool, the input's shape, on its device: True where the bits differ
     first: tuple[int, ...]         # index of the first changed element (row-major)
     was: float                     # its value before the launch
     now: float                     # and after
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """A same-sized integer view of ``t``'s bytes: compared bit for bit, NaN payloads and -0.0 count."""
     return t.view(_BITS[t.element_size()])
 
 
@@ -48,9 +49,18 @@ class InputSeal:
         found = []
         for name, now in self._given.items():
             was = self._copies[name]
-            if torch.equal(_bits(now), _bits(was)):
+            if torch.equal(bits(now), bits(was)):
                 continue
-            changed = (_bits(now) != _bits(was)).cpu()
-            first = tuple(int(i) for i in changed.nonzero()[0].tolist())
+            changed = bits(now) != bits(was)
+            first = _unravel(int(changed.flatten().to(torch.uint8).argmax()), changed.shape)  # argmax: the first 1
             found.append(InputWrite(name, changed, first, float(was[first]), float(now[first])))
         return tuple(found)
+
+
+def _unravel(flat: int, shape: torch.Size) -> tuple[int, ...]:
+    """The row-major index of element ``flat`` of a tensor of ``shape``."""
+    index = []
+    for n in reversed(shape):
+        flat, i = divmod(flat, n)
+        index.append(i)
+    return tuple(reversed(index))

@@ -80,7 +80,9 @@ def poison_mask(t: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Launched:
-    """What came back from the device, on the CPU."""
+    """What the launch left, where it left it: the outputs and caches are the guarded buffers'
+    views on the kernel's device, and the checks read them there (no host copy of a many-GB
+    cache); the guard damage and the input writes are already found."""
 
     outputs: dict[str, torch.Tensor]
     caches: dict[str, torch.Tensor]
@@ -190,8 +192,8 @@ def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: 
 
     by_name = buffers.by_name
     return Launched(
-        outputs={a.name: by_name[a.name].view.cpu() for a in ci.op.outputs},
-        caches={a.name: by_name[a.name].view.cpu() for a in ci.op.caches},
+        outputs={a.name: by_name[a.name].view for a in ci.op.outputs},
+        caches={a.name: by_name[a.name].view for a in ci.op.caches},
         guard_damage={name: buf.guard_damage() for name, buf in by_name.items()},
         returned=_returned_problem(ret, [by_name[a.name] for a in ci.op.outputs]),
         inputs_written=seal.written(),

@@ -2,8 +2,8 @@
 
 A fixed-seed flake hunt or a compare sends the same case to a worker again and again.
 Instead of drawing its inputs anew each time, the worker keeps what a repeat made (the
-generated inputs, their digest, the host copy the checks read, the goldens, and the
-guarded buffers the kernel wrote into) under the case's input spec and golden, and the
+generated inputs, their digest, the goldens, and the guarded buffers the kernel wrote
+into) under the case's input spec and golden, and the
 next request with the same key restores the buffers in place (``launch.Buffers.restore``:
 the generated caches are the pristine copy on the device; poison and guard bands are
 refilled) instead of generating.  Restored buffers hold the bytes fresh ones would.
@@ -48,7 +48,6 @@ class Kept:
     """One case's inputs as its first repeat made them, and the buffers its kernel wrote."""
 
     ci: CaseInputs                        # on the case's device; its caches are the pristine copy
-    host: CaseInputs                      # what the checks read (``ci`` itself on the CPU)
     generated: InputsDigest
     goldens: dict[str, torch.Tensor]
     hit: bool

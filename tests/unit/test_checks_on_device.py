@@ -1,0 +1,145 @@
+"""The checks run on the device that holds the outputs (issue 14, item 5), proven on a CPU
+stand-in for an accelerator (``tests/fake_accelerator.py``): a tensor there reads
+``cuda:0``, mixing it with a host tensor raises as CUDA does, and every read back to the
+host is counted.  Every bug class the audit's operators inject gets the same outcome,
+summary and report text as on the CPU, and what comes back to the host (the digest's column
+sums, the guard bands, the counts and listed values of the report) does not grow with the
+caches."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+
+import pytest
+import torch
+
+from harness.audit.operators import OPERATORS, mutated
+from harness.case import PRESETS, Case, SeqLens, SlotMode
+from harness.devices import CpuBackend, Device
+from harness.goldens.cache import GoldenCache
+from harness.ops import OPS as OPS_SPEC
+from harness.outcomes import Outcome
+from harness.worker import execute
+from harness.worker.input_digest import PERIOD
+from harness.worker.execute import KernelLoader, execute_case
+
+from fake_accelerator import FAKE, FakeAccelerator
+
+OPS = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention", "prefill_attention",
+       "decode_layers")
+
+
+class FakeCudaBackend(CpuBackend):
+    """The CPU backend, but the kernel's device is the fake accelerator's."""
+
+    kind = "cuda"
+
+    def torch_device(self, device: Device):
+        return FAKE
+
+
+def _case(op: str, **changes) -> Case:
+    case = Case(case_id=f"on-device[{op}]", matrix="on-device", source="test", op=op, kernel="reference",
+                geometry=replace(PRESETS["tiny"], batch=4), seq_lens=SeqLens("uniform", (1, 40)),
+                slot_mode=SlotMode("padded", 0.25), seed=3)
+    return replace(case, **changes)
+
+
+def _guard_band_bytes(case: Case) -> int:
+    """One side's band of a cache, read as bytes to find a write into it (launch.py)."""
+    g = case.geometry
+    return max(4096, case.geometry.page_size * g.num_kv_heads * g.head_dim * 2)
+
+
+def _json(data) -> str:
+    return json.dumps(data, sort_keys=True)
+
+
+def _variants():
+    for op in OPS:
+        case = _case(op)
+        yield pytest.param(case, id=f"{op}-reference")
+        for operator in OPERATORS:
+            if operator.applies_to(case):
+                delta = 0.05 if operator.name == "head_perturbed" else None
+                yield pytest.param(mutated(case, operator, delta=delta), id=f"{op}-{operator.name}")
+
+
+def _on_both(case: Case, cache: GoldenCache, monkeypatch) -> tuple:
+    """(CPU reply, fake-device reply, what the fake device's case read back to the host: the
+    input digest, the guard bands, the checks; not the in-process golden, which the golden
+    process computes from its own host draw in a real run)."""
+    for name, value in case.env.items():      # the mutant wrapper reads its operator from the environment
+        monkeypatch.setenv(name, value)
+    plain = execute_case(case, Device("cpu"), CpuBackend(), cache, KernelLoader())
+    in_golden: list[tuple[str, int]] = []
+    goldens = execute._goldens
+
+    def golden_apart(*args, **kwargs):
+        start = len(fake.transfers)
+        try:
+            return goldens(*args, **kwargs)
+        finally:
+            in_golden.extend(fake.transfers[start:])
+            del fake.transfers[start:]
+
+    monkeypatch.setattr(execute, "_goldens", golden_apart)
+    with FakeAccelerator() as fake:
+        on_device = execute_case(case, Device("cuda:0"), FakeCudaBackend(), cache, KernelLoader())
+    monkeypatch.undo()
+    assert in_golden, "the in-process golden read the inputs on the host"
+    return plain, on_device, fake.transfers
+
+
+@pytest.mark.parametrize("case", list(_variants()))
+def test_every_bug_class_gets_the_same_verdict_and_report_on_the_device(case, tmp_path, monkeypatch):
+    plain, on_device, read = _on_both(case, GoldenCache(tmp_path / "goldens"), monkeypatch)
+    assert on_device.failure is None, on_device.failure and on_device.failure.message
+    assert plain.failure is None
+    assert (on_device.outcome, on_device.summary, on_device.report) == (plain.outcome, plain.summary, plain.report)
+    assert _json(on_device.metrics["compare"]) == _json(plain.metrics["compare"])     # NaN: no data
+    assert on_device.metrics["inputs_digest"] == plain.metrics["inputs_digest"]
+    assert read, "the checks read their counts back"
+    # the digest's column sums, the guard bands, indices, per-axis ratios, listed values:
+    # never an output or a cache
+    assert max(n for _, n in read) <= max(400, PERIOD, _guard_band_bytes(case)), read
+
+
+def test_a_big_cache_is_checked_without_coming_to_the_host(tmp_path, monkeypatch):
+    """4096 scratch pages (about 1 M cache elements per cache), a kernel writing outside the slot
+    mapping and one writing for slot -1: found on the device, with reads bounded by the number
+    of tensors and buffers, not by their size."""
+    base = _case("fused_rope_decode_attention", scratch_pages=4096)
+    cache = GoldenCache(tmp_path / "goldens")
+    by_name = {o.name: o for o in OPERATORS}
+    for case in (base, mutated(base, by_name["neighbor_slot_write"]), mutated(base, by_name["slot_minus_one_write"])):
+        plain, on_device, read = _on_both(case, cache, monkeypatch)
+        assert on_device.report == plain.report
+        assert plain.metrics["inputs_bytes"] > 4_000_000
+        tensors = sum(1 for a in OPS_SPEC[case.op].args if a.role in ("input", "cache"))
+        buffers = len(OPS_SPEC[case.op].caches) + len(OPS_SPEC[case.op].outputs)
+        bound = 2 * PERIOD * tensors + 2 * buffers * _guard_band_bytes(case) + 1000
+        assert sum(n for _, n in read) <= bound < plain.metrics["inputs_bytes"] // 20, read
+    assert on_device.outcome is Outcome.OOB_WRITE
+
+
+def test_the_fake_accelerator_refuses_what_a_real_one_refuses():
+    """Its teeth: a check that mixed host and device tensors, or read a buffer to the host
+    through numpy, would fail the tests above instead of passing on the CPU."""
+    with FakeAccelerator() as fake:
+        on_device = torch.ones(4, device=FAKE)
+        assert on_device.device == FAKE and (on_device * 2).device == FAKE
+        assert torch.empty(2, device=on_device.device).device == FAKE
+        with pytest.raises(RuntimeError, match="same device"):
+            on_device & torch.ones(4, dtype=torch.bool)
+        with pytest.raises(TypeError, match="numpy"):
+            on_device.numpy()
+        assert on_device[torch.tensor([0, 2])].device == FAKE      # host indices are allowed, as on CUDA
+        assert (on_device + torch.tensor(1.0)).device == FAKE      # and host scalars
+        host = on_device.cpu()
+        assert host.device == torch.device("cpu")
+        int(on_device.sum())
+        on_device.tolist()
+    assert fake.transfers == [("cpu", 4), ("__int__", 1), ("tolist", 4)]
+    assert os.environ.get("HARNESS_MUTANT") is None
