@@ -10,7 +10,10 @@ garbage now and then" (a race) look different.
 
 The baseline lives in a file the front end names (one per case, seed and
 device), so a worker replaced after a fault, or a second worker, picks it up;
-a small in-memory copy saves re-reading it on the next iteration.
+a bounded copy kept on the buffers' device saves re-reading it on the next
+iteration.  The comparison and the digests run on that device: a flake hunt of a
+case with a 10 GB cache copies it to the host once, to write the baseline file,
+not once per iteration.
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ from typing import Any, Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.worker.input_guard import bits
+from harness.worker.input_digest import fold
+from harness.worker.input_guard import bits, first_set
 from harness.worker.ratio_allclose import summarise_localisation
 from harness.ops import OpSpec
 
@@ -34,7 +38,12 @@ _MEMORY_BYTES = 512 * 2 ** 20
 
 
 def digest(t: torch.Tensor) -> str:
-    return hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
+    """16 hex digits fingerprinting ``t``'s bytes, summed where ``t`` lives (``input_digest.fold``):
+    the same on every device.  It groups an iteration's buffers into variants; whether they are
+    identical to the baseline is decided bit for bit, not by the digest."""
+    h = hashlib.blake2b(digest_size=8)
+    fold(h, t)
+    return h.hexdigest()
 
 
 def bit_diff(name: str, actual: torch.Tensor, baseline: torch.Tensor, axes: Sequence[str | None]) -> dict | None:
@@ -47,7 +56,7 @@ def bit_diff(name: str, actual: torch.Tensor, baseline: torch.Tensor, axes: Sequ
     count = int(differ.sum())
     if count == 0:
         return None
-    first = tuple(int(i) for i in differ.nonzero()[0])
+    first = first_set(differ)
     max_abs = None
     if actual.is_floating_point():
         a, b = actual[differ].double(), baseline[differ].double()
@@ -98,9 +107,14 @@ class Baselines:
         ) > self.memory_bytes:
             self._memory.popitem(last=False)
 
-    def get(self, path: str) -> tuple[dict[str, torch.Tensor], int | None] | None:
+    def get(self, path: str, device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], int | None] | None:
+        """The baseline at ``path`` on ``device`` (read from the file once, then kept there)."""
         if path in self._memory:
             self._memory.move_to_end(path)
+            tensors, repeat = self._memory[path]
+            if all(t.device == torch.device(device) for t in tensors.values()):
+                return tensors, repeat
+            self._remember(path, {k: t.to(device) for k, t in tensors.items()}, repeat)
             return self._memory[path]
         if not os.path.exists(path):
             return None
@@ -112,17 +126,19 @@ class Baselines:
         except Exception:   # a torn or foreign file: start a new baseline
             return None
         repeat = int(meta["repeat"]) if meta.get("repeat", "").isdigit() else None
+        tensors = {k: t.to(device) for k, t in tensors.items()}
         self._remember(path, tensors, repeat)
         return tensors, repeat
 
     def save(self, path: str, tensors: dict[str, torch.Tensor], repeat: int) -> None:
-        """Atomically; if another process got there first, its file stands."""
+        """Atomically; if another process got there first, its file stands.  The copy kept in
+        memory stays on the tensors' device; the file is written from host copies."""
         tensors = {k: v.detach().clone().contiguous() for k, v in tensors.items()}   # own memory: safetensors refuses shared storage
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
         os.close(fd)
         try:
-            save_file(tensors, tmp, metadata={"repeat": str(repeat)})
+            save_file({k: v.cpu() for k, v in tensors.items()}, tmp, metadata={"repeat": str(repeat)})
             os.link(tmp, path)           # fails if the file exists: first writer wins
         except FileExistsError:
             return                       # the other writer's file is the baseline; get() reads it
@@ -148,13 +164,14 @@ def diff_against_baseline(baselines: Baselines, path: str, op: OpSpec, outputs: 
     axes = {a.name: a.axes for a in op.outputs}
     axes.update({a.name: CACHE_AXES for a in op.caches})
     digests = {name: digest(t) for name, t in buffers.items()}
-    found = baselines.get(path)
+    device = next(iter(buffers.values())).device
+    found = baselines.get(path, device)
     if found is None and not passed:
         return {"baseline": False, "baseline_repeat": None, "identical": None, "digests": digests,
                 "differs": [], "report": ""}
     if found is None:
         baselines.save(path, buffers, repeat)
-        found = baselines.get(path)
+        found = baselines.get(path, device)
         if found is None:  # could not write nor read it: say so, compare nothing
             return {"baseline": False, "identical": None, "digests": digests,
                     "report": f"no baseline: could not write {path}"}
@@ -173,3 +190,4 @@ def diff_against_baseline(baselines: Baselines, path: str, op: OpSpec, outputs: 
             diffs.append(d)
     return {"baseline": False, "baseline_repeat": baseline_repeat, "identical": not diffs, "digests": digests,
             "differs": diffs, "report": render(diffs, baseline_repeat)}
+

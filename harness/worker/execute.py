@@ -81,11 +81,6 @@ def _goldens(case: Case, ci: inputs.CaseInputs, golden_cache: GoldenCache, golde
     return golden_cache.read(case.op, ci.spec, golden.path, dtype, golden.device), golden.hit
 
 
-def _on_host(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Host copies for the determinism check, whose baselines are files (the same tensors on the CPU)."""
-    return {name: t.cpu() for name, t in tensors.items()}
-
-
 def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,
                  loader: KernelLoader, golden_dtype: str = "fp32", *, golden: GoldenRef | None = None,
                  repeat: int = 0, baseline: str | None = None,
@@ -134,8 +129,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         if baseline:
             bits = _stage(Stage.DETERMINISM, determinism.diff_against_baseline,
                           baselines or determinism.Baselines(), baseline,
-                          ci.op, _on_host(launched.outputs), _on_host(launched.caches), repeat,
-                          found.outcome.passed)
+                          ci.op, launched.outputs, launched.caches, repeat, found.outcome.passed)
         t4 = time.perf_counter()
     except StageError as tagged:
         exc = tagged.exc

@@ -42,9 +42,15 @@ def digest_inputs(op: OpSpec, args: Mapping[str, Any]) -> InputsDigest:
             continue
         nbytes += value.numel() * value.element_size()
         h.update(f"{arg.name}:{value.dtype}:{tuple(value.shape)};".encode())
-        for sums in column_sums(value):      # little-endian int64s, as struct's "<q" packs them
-            h.update(sums.cpu().numpy().astype("<i8", copy=False).tobytes())
+        fold(h, value)
     return InputsDigest(nbytes, h.hexdigest())
+
+
+def fold(h: "hashlib._Hash", t: torch.Tensor) -> None:
+    """Fold ``t``'s bytes into ``h``: its two column-sum vectors, summed on its device, read back
+    as little-endian int64s (as struct's "<q" packs them)."""
+    for sums in column_sums(t):
+        h.update(sums.cpu().numpy().astype("<i8", copy=False).tobytes())
 
 
 def column_sums(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

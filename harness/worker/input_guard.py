@@ -52,15 +52,18 @@ class InputSeal:
             if torch.equal(bits(now), bits(was)):
                 continue
             changed = bits(now) != bits(was)
-            first = _unravel(int(changed.flatten().to(torch.uint8).argmax()), changed.shape)  # argmax: the first 1
+            first = first_set(changed)
             found.append(InputWrite(name, changed, first, float(was[first]), float(now[first])))
         return tuple(found)
 
 
-def _unravel(flat: int, shape: torch.Size) -> tuple[int, ...]:
-    """The row-major index of element ``flat`` of a tensor of ``shape``."""
+
+def first_set(mask: torch.Tensor) -> tuple[int, ...]:
+    """The row-major index of ``mask``'s first True element, found on its device (argmax returns
+    the first maximum), so only the index comes back to the host."""
+    flat = int(mask.flatten().to(torch.uint8).argmax())
     index = []
-    for n in reversed(shape):
+    for n in reversed(mask.shape):
         flat, i = divmod(flat, n)
         index.append(i)
     return tuple(reversed(index))

@@ -143,3 +143,38 @@ def test_the_fake_accelerator_refuses_what_a_real_one_refuses():
         on_device.tolist()
     assert fake.transfers == [("cpu", 4), ("__int__", 1), ("tolist", 4)]
     assert os.environ.get("HARNESS_MUTANT") is None
+
+
+def test_the_bitwise_comparison_of_a_flake_hunt_stays_on_the_device(tmp_path):
+    """A fixed-seed hunt's baseline is kept on the buffers' device and compared there: a flipped
+    element gets the same report as on the CPU, and what comes back does not grow with the cache
+    beyond the one host copy the baseline file is written from."""
+    from harness.ops import OPS as specs
+    from harness.worker.determinism import Baselines, diff_against_baseline
+
+    op = specs["rope_kv_write"]
+    cache = torch.randn(2048, 16, 2, 32, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    query = torch.randn(4, 4 * 32, generator=torch.Generator().manual_seed(1))
+
+    def iterations(place) -> list[dict]:
+        baselines, path, found = Baselines(), str(tmp_path / f"{place is not None}.safetensors"), []
+        for repeat in range(3):
+            c, q = cache.clone(), query.clone()
+            if repeat == 2:
+                c[100, 3, 1, 7] += 1          # one element of one page differs in the last iteration
+            if place is not None:
+                c, q = place(c), place(q)
+            found.append(diff_against_baseline(baselines, path, op, {"query": q}, {"k_cache": c}, repeat))
+        fresh = Baselines().get(path, FAKE if place is not None else "cpu")    # another worker reads the file
+        found.append({"on": str(fresh[0]["k_cache"].device)})
+        return found
+
+    plain = iterations(None)
+    with FakeAccelerator() as fake:
+        on_device = iterations(lambda t: t.to(FAKE))
+    assert [d.get("identical") for d in plain] == [True, True, False, None]
+    assert _json(on_device[:3]) == _json(plain[:3])
+    assert on_device[2]["report"].startswith("k_cache: 1 / 2097152 elements")
+    assert on_device[3] == {"on": "cuda:0"} and plain[3] == {"on": "cpu"}
+    copies = [n for what, n in fake.transfers if n >= cache.numel()]
+    assert copies == [cache.numel()], "one host copy of the cache: the baseline file's"

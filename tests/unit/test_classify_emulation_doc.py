@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.classify import Classification, classify_exception, classify_exit, classify_timeout
-from harness.outcomes import Outcome, label
+from harness.outcomes import label
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "classify.md"
 SECTION = "## Emulating a failure on the CPU"
