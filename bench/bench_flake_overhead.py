@@ -21,6 +21,7 @@ from pathlib import Path
 
 from harness.goldens.cache import GoldenCache
 from harness.flake import hunt as flake
+from harness.flake.summary import summarize_hunt
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.worker.determinism import Baselines
 from harness.devices import Device, backend
@@ -60,9 +61,9 @@ def through_hunt(case: Case, n: int, tmp: Path) -> tuple[float, int]:
         rules = flake.StopRules(hunt)
         recorded = execute(flake.plan([case], hunt), options, store, kind="flake", engine=engine,
                            on_result=lambda p, r: rules.record(r), should_run=rules.should_run)
-        summary = flake.summarize_hunt(recorded.results)[case.case_id]
+        summary = summarize_hunt(recorded.results)[case.case_id]
         elapsed = time.perf_counter() - start
-    assert summary["total"] == n and summary["failures"] == 0 and summary["determinism"]["identical"], summary
+    assert summary.total == n and summary.failures == 0 and summary.determinism.identical, summary
     computed = sum(1 for r in recorded.results if r.metrics.get("golden_cache_hit") is False)
     return elapsed, computed
 
