@@ -17,6 +17,8 @@ python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.versio
 start=$(date +%s)
 # inputs: the same bytes (digest) on the host and the device, and the device's draw speed
 python3 bench/bench_device_inputs.py --device "$DEVICE" --layers 40 --repeats 2
+# the checks on the device: the CPU's outcome, summary and report for every bug class
+python3 ci/checks_on_device.py --device "$DEVICE" | grep -vE "^same "
 py run cases --tier ci --json "$OUT/tiny.json" | brief
 py run ci/bug-classes.yaml --kernel-path tests/kernels_under_test --json "$OUT/bugs.json" | brief
 py run cases/device/triton.yaml --json "$OUT/triton.json" | brief
