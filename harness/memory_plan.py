@@ -22,9 +22,10 @@ What a worker keeps between repeats of a case, to restore instead of generating 
 On an accelerator the device holds the generated inputs and caches, the launch (pristine,
 the caches' guarded copy, guards, outputs) and what the checks read there (the goldens and
 their temporaries); the host holds the golden process's share: the same inputs and caches
-drawn on the host, the golden and its working set.  On the CPU the two are one memory: the
-kernel gets the generated inputs themselves, and the caches a guarded copy.  A golden
-computed on an accelerator (``--golden-device``) is not counted on it.
+drawn on the host, the golden and its working set.  With ``--golden-device`` set to the
+case's own accelerator that share moves to the device (the host keeps the golden's copy it
+writes to the cache file).  On the CPU the two are one memory: the kernel gets the
+generated inputs themselves, and the caches a guarded copy.
 """
 from __future__ import annotations
 
@@ -74,18 +75,27 @@ class MemoryPlan:
         held = self.launch + self.caches + self.golden
         return max(self.golden_working, self.generation, self.checks) + held // 8
 
-    def device_bytes(self, kind: str) -> int:
-        """Peak bytes on the device the case runs on (``cpu``: the whole case, host included)."""
+    def device_bytes(self, kind: str, golden_here: bool = False) -> int:
+        """Peak bytes on the device the case runs on (``cpu``: the whole case, host included);
+        ``golden_here``: the golden process computes on this accelerator too (``--golden-device``)."""
         if kind == "cpu":   # generated inputs are handed over as they are; caches get a guarded copy
             return self.launch + self.caches + self.golden + self.transient
         # the generated caches stay beside their guarded copy; the checks bring the goldens
-        return self.launch + self.caches + self.golden + max(self.generation, self.checks)
+        own = self.launch + self.caches + self.golden + max(self.generation, self.checks)
+        return own + (self.golden_share if golden_here else 0)
 
-    def host_bytes(self, kind: str) -> int:
-        """Peak bytes on the host; for ``cpu`` the same figure as ``device_bytes``."""
+    def host_bytes(self, kind: str, golden_on_host: bool = True) -> int:
+        """Peak bytes on the host; for ``cpu`` the same figure as ``device_bytes``.  Off the CPU the
+        host holds the golden process's share, or only the golden's copy for the cache file when
+        the golden is computed on an accelerator (``golden_on_host`` False)."""
         if kind == "cpu":
             return self.device_bytes(kind)
-        # the golden process: the inputs and caches drawn on the host, the golden, its working set
+        return self.golden_share if golden_on_host else self.golden
+
+    @property
+    def golden_share(self) -> int:
+        """The golden process's bytes for the case: its own draw of the inputs and caches, the
+        golden and its working set, and an eighth of the held bytes for small temporaries."""
         drawn = self.inputs + self.caches + self.golden
         return drawn + max(self.golden_working, self.generation) + drawn // 8
 
@@ -202,12 +212,16 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def fit_problem(plan: MemoryPlan, device: Device, on_device: Memory | None, on_host: Memory | None) -> str | None:
+def fit_problem(plan: MemoryPlan, device: Device, on_device: Memory | None, on_host: Memory | None,
+                golden_device: str = "cpu") -> str | None:
     """Why ``plan`` cannot run on ``device`` now (``needs 343 GB; cpu has 23 GB available``), or None.
-    A memory with no figure (None) is not held against the case."""
-    checks = [(str(device), plan.device_bytes(device.kind), on_device)]
+    A memory with no figure (None) is not held against the case.  ``golden_device``: where the
+    golden process computes (``--golden-device``); on the case's accelerator its share is
+    counted there.  (With prefetch the next case's golden may be computed beside this case:
+    the plan counts this case's.)"""
+    checks = [(str(device), plan.device_bytes(device.kind, golden_here=golden_device == str(device)), on_device)]
     if device.kind != "cpu":
-        checks.append(("the host", plan.host_bytes(device.kind), on_host))
+        checks.append(("the host", plan.host_bytes(device.kind, golden_on_host=golden_device == "cpu"), on_host))
     for where, need, memory in checks:
         if memory is not None and need > memory.available:
             place = "" if device.kind == "cpu" else f" on {where}"

@@ -109,7 +109,8 @@ class Engine:
         with self._accelerators_lock:   # asked once per run, before the workers allocate
             if self._accelerators is None:
                 self._accelerators = accelerator_memory(self.options.devices, worker_env(self.options.worker, {}))
-        return fit_problem(plan(case, self.options.worker.golden_dtype), device, self._accelerators.get(device), host)
+        return fit_problem(plan(case, self.options.worker.golden_dtype), device, self._accelerators.get(device), host,
+                           self.options.worker.golden_device)
 
     def skip_reason(self, case: Case, device: Device) -> str | None:
         return (tier_skip_reason(case, device, self.options.run_device_tier_on_cpu)

@@ -142,6 +142,26 @@ def test_fit_problem_names_the_figure_and_the_device():
     assert why.endswith("on the host; the host has 1 kB available")
 
 
+
+def test_a_golden_on_the_case_accelerator_is_counted_there_and_not_on_the_host():
+    """--golden-device cuda:0 for a case on cuda:0: the golden process's draw, golden and working
+    set move from the host's figure to the device's; on another device the host keeps only the
+    golden's copy for the cache file."""
+    p = plan(_case("decode_layers", 3000))
+    gpu = Device("cuda", 0)
+    assert p.device_bytes("cuda", golden_here=True) == p.device_bytes("cuda") + p.golden_share
+    assert p.host_bytes("cuda", golden_on_host=False) == p.golden < p.host_bytes("cuda")
+    just = Memory(p.device_bytes("cuda"), 10**15)        # the case alone fits, with its golden it does not
+    roomy = Memory(10**15, 10**15)
+    assert fit_problem(p, gpu, just, roomy) is None
+    why = fit_problem(p, gpu, just, roomy, golden_device="cuda:0")
+    assert why == (f"needs {human_bytes(p.device_bytes('cuda', golden_here=True))} on cuda:0; "
+                   f"cuda:0 has {human_bytes(just.available)} available")
+    host_only_golden = Memory(p.golden, 10**15)
+    assert fit_problem(p, gpu, roomy, host_only_golden, golden_device="cuda:1") is None
+    assert fit_problem(p, gpu, roomy, host_only_golden).endswith("on the host; the host has "
+                                                                f"{human_bytes(p.golden)} available")
+
 def test_human_bytes_takes_any_int():
     assert human_bytes(0) == "0 B"
     assert human_bytes(343_500_000_000) == "344 GB"
@@ -208,6 +228,24 @@ def test_engine_asks_an_accelerator_once_per_run(tmp_path, monkeypatch):
     finally:
         engine.close()
 
+
+
+def test_engine_counts_a_golden_device_on_the_case_device(tmp_path, monkeypatch):
+    case = _case("paged_decode_attention", 64)
+    p = plan(case)
+    exactly = Memory(p.device_bytes("npu"), 10**15)
+    monkeypatch.setattr(engine_module, "accelerator_memory", lambda devices, env: {Device("npu", 0): exactly})
+    monkeypatch.setattr(engine_module, "host_memory", lambda: Memory(10**15, 10**15))
+    for golden_device, fits in (("cpu", True), ("npu:0", False)):
+        options = RunOptions(devices=[Device("npu", 0)],
+                             worker=WorkerOptions(log_dir=tmp_path, golden_device=golden_device))
+        engine = Engine(options)
+        try:
+            why = engine.memory_skip_reason(case, Device("npu", 0))
+        finally:
+            engine.close()
+        assert (why is None) == fits, why
+    assert why.startswith(f"needs {human_bytes(p.device_bytes('npu', golden_here=True))} on npu:0")
 
 def test_harness_ops_prints_the_plan_when_sequences_are_sized(capsys):
     from harness.cli import main
