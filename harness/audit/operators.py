@@ -20,6 +20,7 @@ MUTANT_VAR = "HARNESS_MUTANT"
 KERNEL_VAR = "HARNESS_MUTANT_KERNEL"
 DELTA_VAR = "HARNESS_MUTANT_DELTA"
 SHAPE_VAR = "HARNESS_MUTANT_SHAPE"
+OUTPUT_VAR = "HARNESS_MUTANT_OUTPUT"     # head_perturbed: which output (default the op's first)
 REFERENCE = "reference"
 HEAD_PERTURBED = "head_perturbed"      # the operator whose delta the sensitivity search sets
 
@@ -82,13 +83,15 @@ def parse_mutants(text: str | None) -> tuple[Operator, ...]:
     return tuple(BY_NAME[n] for n in dict.fromkeys(names))
 
 
-def mutated(case: Case, operator: Operator, delta: float | None = None, shape: str = "head") -> Case:
+def mutated(case: Case, operator: Operator, delta: float | None = None, shape: str = "head",
+            output: str | None = None) -> Case:
     """``case`` run by the wrapper with ``operator`` around its own kernel; id unchanged
-    (``delta``, ``shape``: what ``head_perturbed`` scales, and by how much; it has no default)."""
+    (``delta``, ``shape``, ``output``: what ``head_perturbed`` scales, and by how much; delta has
+    no default, output defaults to the op's first)."""
     if operator.name == "head_perturbed" and delta is None:
         raise ValueError("head_perturbed needs a delta")
     env = {**case.env, MUTANT_VAR: operator.name, KERNEL_VAR: case.kernel, SHAPE_VAR: shape,
-           **({} if delta is None else {DELTA_VAR: repr(delta)})}
+           **({} if delta is None else {DELTA_VAR: repr(delta)}), **({OUTPUT_VAR: output} if output else {})}
     return replace(case, kernel=WRAPPER, env=env)
 
 

@@ -1,9 +1,11 @@
-"""Sensitivity: per op's first output, the smallest relative perturbation of one head (and of one
+"""Sensitivity: per output of each op, the smallest relative perturbation of one head (and of one
 smaller block) that the matrix's tolerances detect, found by bisection on delta.
 
 Each step runs the cases of every op still being searched once, each op's cases with
 that op's current delta (the deltas travel in the case env, so one run serves every
-op's bisection).  The first step is at ``HIGH``; an op not detected there is done (its
+op's bisection); the outputs are searched one after another (an op's first outputs, then
+the second outputs of the ops that have two), since one run holds each case once.  The
+first step is at ``HIGH``; an op not detected there is done (its
 tolerance admits even that).  The next steps are geometric bisections between the
 largest delta seen missed (``LOW`` before any) and the smallest seen detected, so
 after ``steps`` steps the threshold is known to within a factor of
@@ -61,32 +63,43 @@ class Sensitivity:
 
 def find_sensitivity(cases: Sequence[Case], baseline: Mapping[str, Result],
                      run: Callable[[list[Case]], Mapping[str, Result]], steps: int = FULL_STEPS,
-                     shapes: Sequence[str] = tuple(SHAPES)) -> tuple[Sensitivity, ...]:
-    """``run``: the results of mutated cases by id.  Cases the unmutated kernel failed are left out."""
+                     shapes: Sequence[str] = tuple(SHAPES), every_output: bool = False) -> tuple[Sensitivity, ...]:
+    """``run``: the results of mutated cases by id.  Cases the unmutated kernel failed are left out.
+    ``every_output``: every output of each op (else its first, which head_perturbed scales)."""
     live = [c for c in cases if c.case_id in baseline and baseline[c.case_id].outcome.passed]
-    ops = list(dict.fromkeys(c.op for c in live))
     found = []
     for shape in shapes:
-        low = dict.fromkeys(ops, 0.0)                               # largest delta seen missed
-        high: dict[str, float | None] = dict.fromkeys(ops, None)   # smallest delta seen detected
-        kept: dict[str, dict[str, Result]] = {op: {} for op in ops}
-        trial = dict.fromkeys(ops, HIGH)
-        searching = list(ops)
-        for _ in range(steps + 1):                                  # HIGH, then the bisection
-            if not searching:
-                break
-            results = run([mutated(c, BY_NAME[HEAD_PERTURBED], trial[c.op], shape)
-                           for c in live if c.op in searching])
-            for op in searching:
-                mine = {c.case_id: results[c.case_id] for c in live if c.op == op and c.case_id in results}
-                if any(r.outcome.failed for r in mine.values()):
-                    high[op], kept[op] = trial[op], mine
-                else:
-                    low[op] = trial[op]
-                    if high[op] is None:        # not detected at HIGH: nothing to bisect
-                        kept[op] = mine
-            searching = [op for op in searching if high[op] is not None]
-            for op in searching:
-                trial[op] = math.sqrt(max(low[op], LOW) * high[op])
-        found += [Sensitivity(op, OPS[op].outputs[0].name, shape, high[op], low[op], kept[op]) for op in ops]
+        for index in range(max((len(OPS[c.op].outputs) for c in live), default=0) if every_output else 1):
+            found += _search(live, shape, index, run, steps)
     return tuple(found)
+
+
+def _search(live: Sequence[Case], shape: str, index: int, run: Callable[[list[Case]], Mapping[str, Result]],
+            steps: int) -> list[Sensitivity]:
+    """The bisection for output ``index`` of every op that has one (the first output: no env of its own)."""
+    ops = [op for op in dict.fromkeys(c.op for c in live) if len(OPS[op].outputs) > index]
+    live = [c for c in live if c.op in ops]
+    output = {op: OPS[op].outputs[index].name for op in ops}
+    named = {op: output[op] if index else None for op in ops}
+    low = dict.fromkeys(ops, 0.0)                               # largest delta seen missed
+    high: dict[str, float | None] = dict.fromkeys(ops, None)   # smallest delta seen detected
+    kept: dict[str, dict[str, Result]] = {op: {} for op in ops}
+    trial = dict.fromkeys(ops, HIGH)
+    searching = list(ops)
+    for _ in range(steps + 1):                                  # HIGH, then the bisection
+        if not searching:
+            break
+        results = run([mutated(c, BY_NAME[HEAD_PERTURBED], trial[c.op], shape, named[c.op])
+                       for c in live if c.op in searching])
+        for op in searching:
+            mine = {c.case_id: results[c.case_id] for c in live if c.op == op and c.case_id in results}
+            if any(r.outcome.failed for r in mine.values()):
+                high[op], kept[op] = trial[op], mine
+            else:
+                low[op] = trial[op]
+                if high[op] is None:        # not detected at HIGH: nothing to bisect
+                    kept[op] = mine
+        searching = [op for op in searching if high[op] is not None]
+        for op in searching:
+            trial[op] = math.sqrt(max(low[op], LOW) * high[op])
+    return [Sensitivity(op, output[op], shape, high[op], low[op], kept[op]) for op in ops]

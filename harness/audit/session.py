@@ -17,6 +17,7 @@ from harness.audit.kill import MutantVerdict, Score, score, verdict
 from harness.audit.operators import HEAD_PERTURBED, Operator, applicable, mutated
 from harness.audit.sensitivity import FULL_STEPS, QUICK_STEPS, SHAPES, Sensitivity, find_sensitivity
 from harness.case import Case
+from harness.ops import OPS
 from harness.outcomes import Outcome, Result
 from harness.run.engine import Engine, Planned, RunOptions
 from harness.run.session import execute
@@ -92,9 +93,10 @@ def run_audit(cases: Sequence[Case], operators: Sequence[Operator], options: Run
             return {r.case_id: r for r in recorded.results}
 
         def search(chosen: Sequence[Case], steps: int, shapes: Sequence[str]) -> tuple[Sensitivity, ...]:
+            # --sensitivity: every output; head_perturbed's own delta needs only the first
             return find_sensitivity(chosen, baseline, lambda mutants: run(
                 "head_perturbed (sensitivity step)", mutants, {"mutant": "head_perturbed", "sensitivity": True}),
-                steps=steps, shapes=shapes)
+                steps=steps, shapes=shapes, every_output=sensitivity)
 
         found: tuple[Sensitivity, ...] | None = None
         head_delta = None
@@ -107,7 +109,7 @@ def run_audit(cases: Sequence[Case], operators: Sequence[Operator], options: Run
                 searched = search(chosen, FULL_STEPS, tuple(SHAPES)) if sensitivity else \
                     search(chosen, QUICK_STEPS, ("head",))
                 found = searched if sensitivity else None
-                heads = [x for x in searched if x.shape == "head"]
+                heads = [x for x in searched if x.shape == "head" and x.output == OPS[x.op].outputs[0].name]
                 results = {i: r for x in heads for i, r in x.results.items()}
                 head_delta = HeadDelta("sensitivity", {x.op: x.delta for x in heads})
             elif chosen:

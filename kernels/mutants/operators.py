@@ -10,7 +10,8 @@ end:
 - ``HARNESS_MUTANT_KERNEL``: the wrapped kernel, as a case names it (a builtin,
   ``package.module:callable`` or ``package.module``);
 - ``HARNESS_MUTANT_DELTA``: the relative perturbation of ``head_perturbed``;
-- ``HARNESS_MUTANT_SHAPE``: what ``head_perturbed`` scales, ``head`` or ``block``.
+- ``HARNESS_MUTANT_SHAPE``: what ``head_perturbed`` scales, ``head`` or ``block``;
+- ``HARNESS_MUTANT_OUTPUT``: which output ``head_perturbed`` scales (default the op's first).
 
 Output-side operators act on the buffers around the wrapped kernel's launch, so
 they apply to any kernel.  Operators that act inside the computation replace the
@@ -35,6 +36,7 @@ MUTANT_VAR = "HARNESS_MUTANT"
 KERNEL_VAR = "HARNESS_MUTANT_KERNEL"
 DELTA_VAR = "HARNESS_MUTANT_DELTA"
 SHAPE_VAR = "HARNESS_MUTANT_SHAPE"     # head_perturbed: "head" (default) or "block"
+OUTPUT_VAR = "HARNESS_MUTANT_OUTPUT"   # head_perturbed: the output it scales (default the first)
 
 # Operators inside the computation: the reference kernel with the bug, by class.
 INTERNAL = {
@@ -100,7 +102,7 @@ def _after(name: str, op: str, args: dict[str, Any], seen: dict[str, Any]) -> No
     elif name == "nan_element":
         _first_output(op, args).view(-1)[0] = float("nan")
     elif name == "head_perturbed":
-        out = _first_output(op, args)
+        out = args[os.environ[OUTPUT_VAR]] if os.environ.get(OUTPUT_VAR) else _first_output(op, args)
         delta = float(os.environ[DELTA_VAR])       # no default: the audit always says which delta it ran
         _perturbed(out, os.environ.get(SHAPE_VAR, "head")).mul_(1 + delta)
     elif name == "input_clobber":
