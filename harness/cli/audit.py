@@ -22,7 +22,8 @@ def cmd_audit(args) -> int:
         options = engine_options(args, run_devices, golden_cache=goldens)
         audit = run_audit(cases, operators, options, store, command=sys.argv, delta=args.delta, sensitivity=args.sensitivity,
                           on_run=lambda name, n: print(printable(f"audit: {name} ({n} cases)"), flush=True))
-    doc = audit.document()
+        doc = audit.document()
+        store.update_extra(audit.run_id, {"audit": doc})      # harness report RUN_ID renders it again
     print(printable(render_text(doc)), end="", flush=True)
     for fmt, path in (("json", args.json_path), ("markdown", args.markdown), ("html", args.html)):
         if path:

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import sys
 from pathlib import Path
 
 from harness.cli.common import EXIT_FAILED, EXIT_OK, outputs, store_path
 from harness.errors import UsageError
 from harness.outcomes import Outcome
+from harness.reports.audit_text import is_audit_document, write_audit
+from harness.reports.audit_text import render_markdown as render_audit_markdown
 from harness.reports.document import load_document
 from harness.stored import case_history, stored_document
 from harness.reports.writers import write_outputs
@@ -24,6 +27,8 @@ def cmd_report(args) -> int:
             print(f"harness: warning: {warning}", file=sys.stderr)
     else:
         doc = _stored_document(args)
+    if is_audit_document(doc):
+        return _report_audit(args, doc)
     asked = outputs(args)
     if not asked.any():     # nothing asked for: the Markdown summary on stdout
         from harness.reports.markdown import render_markdown
@@ -34,11 +39,28 @@ def cmd_report(args) -> int:
     return EXIT_FAILED if summary.get("failed") else EXIT_OK
 
 
+def _report_audit(args, doc: dict) -> int:
+    """An audit's document (from the store or its --json), as ``harness audit`` rendered it."""
+    asked = outputs(args)
+    if asked.junit:
+        raise UsageError("--junit: an audit has no JUnit form (it writes --json, --markdown and --html)")
+    if not asked.any():
+        print(render_audit_markdown(doc), end="")
+    for fmt, path in (("json", asked.json), ("markdown", asked.markdown), ("html", asked.html)):
+        if path:
+            write_audit(path, fmt, doc)
+            print(f"wrote {path}", file=sys.stderr)
+    return EXIT_OK if doc.get("killed") == doc.get("applicable") else EXIT_FAILED
+
+
 def _stored_document(args) -> dict:
     if args.source and Path(args.source).is_file():
         try:
             return load_document(args.source)
         except (OSError, ValueError) as exc:
+            audit = _audit_file(args.source)
+            if audit is not None:
+                return audit
             raise UsageError(f"{args.source}: not a harness report document ({exc})") from None
     path = store_path(args)
     if not Path(path).exists():
@@ -52,7 +74,19 @@ def _stored_document(args) -> dict:
             if not top:
                 raise UsageError(f"no runs in {store.path}")
             run_id = top[0]["run_id"]
+        run = store.run(run_id)
+        if run is not None and run["kind"] == "audit" and is_audit_document(run["extra"].get("audit")):
+            return run["extra"]["audit"]
         return stored_document(store, run_id)
+
+
+def _audit_file(path: str) -> dict | None:
+    """The audit document in ``path`` (``harness audit --json``), or None."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return doc if is_audit_document(doc) else None
 
 
 def cmd_history(args) -> int:

@@ -144,5 +144,10 @@ def render_json(doc: dict) -> str:
 RENDERERS = {"json": render_json, "markdown": render_markdown, "html": render_html}
 
 
+def is_audit_document(doc: Any) -> bool:
+    """Whether ``doc`` is what ``Audit.document()`` writes (``harness report`` renders it as an audit)."""
+    return isinstance(doc, dict) and doc.get("kind") == "audit" and isinstance(doc.get("mutants"), list)
+
+
 def write_audit(path: str | os.PathLike, fmt: str, doc: dict[str, Any]) -> None:
     write_text(path, RENDERERS[fmt](doc))

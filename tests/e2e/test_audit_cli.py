@@ -60,3 +60,27 @@ def test_head_perturbed_runs_at_delta_when_given_else_at_the_searched_one(tmp_pa
     searched = json.loads(out.read_text())["head_perturbed_delta"]
     assert searched["source"] == "sensitivity" and 0 < searched["by_op"]["rope_kv_write"] < 0.5
     assert "the sensitivity search saw detected: rope_kv_write" in proc.stdout
+
+
+def test_a_stored_audit_is_rendered_again_by_harness_report(tmp_path, golden_cache_dir):
+    """The audit document is stored with its run: ``harness report`` (the latest run, or its id)
+    prints it, writes it in the formats an audit has and exits as the audit did; an audit's
+    --json file is read back the same way; --junit is refused in one line."""
+    store, out = tmp_path / "results.sqlite", tmp_path / "audit.json"
+    matrix = write_case_file(tmp_path / "cases", "m.yaml", BLIND)
+    proc = run_harness("audit", str(matrix), "--store", str(store), "--golden-cache", str(golden_cache_dir),
+                       "--log-dir", str(tmp_path / "logs"), "--mutants", MUTANTS, "--json", str(out), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run_id = proc.stdout.split("audit run ")[1].split()[0]
+    for source in ([], [run_id], [str(out)]):
+        again = run_harness("report", *source, "--store", str(store), cwd=tmp_path)
+        assert again.returncode == 1, again.stdout + again.stderr
+        assert again.stdout.index("### Survivors") < again.stdout.index("### Killed")
+        assert "no case has a slot < 0" in again.stdout
+    html = tmp_path / "again.html"
+    again = run_harness("report", run_id, "--store", str(store), "--html", str(html), "--json",
+                        str(tmp_path / "again.json"), cwd=tmp_path)
+    assert again.returncode == 1 and "no case has a slot &lt; 0" in html.read_text()
+    assert json.loads((tmp_path / "again.json").read_text()) == json.loads(out.read_text())
+    refused = run_harness("report", run_id, "--store", str(store), "--junit", str(tmp_path / "j.xml"), cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0 and "--junit" in refused.stderr
