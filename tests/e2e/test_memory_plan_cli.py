@@ -24,7 +24,7 @@ def test_a_case_the_cpu_cannot_hold_is_skipped_with_its_figure(tmp_path):
     assert proc.returncode == 0, proc.stderr
     [result] = json.loads((tmp_path / "out.json").read_text())["results"]
     assert result["outcome"] == "SKIPPED"
-    assert re.fullmatch(r"needs 8\d\d GB; cpu has [\d.]+ [kMG]?B available", result["summary"]), result["summary"]
+    assert re.fullmatch(r"needs 7\d\d GB; cpu has [\d.]+ [kMG]?B available", result["summary"]), result["summary"]
 
 
 def test_a_case_no_machine_holds_is_refused_at_expansion(tmp_path):
@@ -38,5 +38,5 @@ def test_a_case_no_machine_holds_is_refused_at_expansion(tmp_path):
         proc = run_harness(*command, str(cases), cwd=tmp_path, timeout=60)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1, proc.stderr
-        assert "huge.yaml:4:" in proc.stderr and "seq_lens: the case needs 220 TB, more than any machine holds" \
+        assert "huge.yaml:4:" in proc.stderr and "seq_lens: the case needs 198 TB, more than any machine holds" \
             in proc.stderr
