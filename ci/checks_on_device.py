@@ -31,12 +31,19 @@ OPS = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention",
        "decode_layers")
 
 
+def base_case(op: str) -> Case:
+    """The op's tiny case: batch 4, some rows padded (slot -1), the reference kernel."""
+    return Case(case_id=f"on-device[{op}]", matrix="on-device", source="ci", op=op, kernel="reference",
+                geometry=replace(PRESETS["tiny"], batch=4), seq_lens=SeqLens("uniform", (1, 40)),
+                slot_mode=SlotMode("padded", 0.25), seed=3)
+
+
 def cases() -> list[tuple[str, Case]]:
+    """(label, case): every op's base case, and each audit operator that applies to it around it
+    (tests/unit/test_checks_on_device.py compares the same set on a CPU stand-in)."""
     found = []
     for op in OPS:
-        case = Case(case_id=f"on-device[{op}]", matrix="on-device", source="ci", op=op, kernel="reference",
-                    geometry=replace(PRESETS["tiny"], batch=4), seq_lens=SeqLens("uniform", (1, 40)),
-                    slot_mode=SlotMode("padded", 0.25), seed=3)
+        case = base_case(op)
         found.append((f"{op} reference", case))
         for operator in OPERATORS:
             if operator.applies_to(case):

@@ -7,6 +7,7 @@ sums, the guard bands, the counts and listed values of the report) does not grow
 caches."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from dataclasses import replace
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from harness.audit.operators import OPERATORS, mutated
-from harness.case import PRESETS, Case, SeqLens, SlotMode
+from harness.case import Case
 from harness.devices import CpuBackend, Device
 from harness.goldens.cache import GoldenCache
 from harness.ops import OPS as OPS_SPEC
@@ -25,9 +26,12 @@ from harness.worker.input_digest import PERIOD
 from harness.worker.execute import KernelLoader, execute_case
 
 from fake_accelerator import FAKE, FakeAccelerator
+from helpers import ROOT
 
-OPS = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention", "prefill_attention",
-       "decode_layers")
+# The cases ci/checks_on_device.py compares on a real accelerator: the same set here.
+_spec = importlib.util.spec_from_file_location("checks_on_device", ROOT / "ci" / "checks_on_device.py")
+on_device_script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(on_device_script)
 
 
 class FakeCudaBackend(CpuBackend):
@@ -39,13 +43,6 @@ class FakeCudaBackend(CpuBackend):
         return FAKE
 
 
-def _case(op: str, **changes) -> Case:
-    case = Case(case_id=f"on-device[{op}]", matrix="on-device", source="test", op=op, kernel="reference",
-                geometry=replace(PRESETS["tiny"], batch=4), seq_lens=SeqLens("uniform", (1, 40)),
-                slot_mode=SlotMode("padded", 0.25), seed=3)
-    return replace(case, **changes)
-
-
 def _guard_band_bytes(case: Case) -> int:
     """One side's band of a cache, read as bytes to find a write into it (launch.py)."""
     g = case.geometry
@@ -54,16 +51,6 @@ def _guard_band_bytes(case: Case) -> int:
 
 def _json(data) -> str:
     return json.dumps(data, sort_keys=True)
-
-
-def _variants():
-    for op in OPS:
-        case = _case(op)
-        yield pytest.param(case, id=f"{op}-reference")
-        for operator in OPERATORS:
-            if operator.applies_to(case):
-                delta = 0.05 if operator.name == "head_perturbed" else None
-                yield pytest.param(mutated(case, operator, delta=delta), id=f"{op}-{operator.name}")
 
 
 def _on_both(case: Case, cache: GoldenCache, monkeypatch) -> tuple:
@@ -92,7 +79,8 @@ def _on_both(case: Case, cache: GoldenCache, monkeypatch) -> tuple:
     return plain, on_device, fake.transfers
 
 
-@pytest.mark.parametrize("case", list(_variants()))
+@pytest.mark.parametrize("case", [pytest.param(case, id=label.replace(" ", "-"))
+                                  for label, case in on_device_script.cases()])
 def test_every_bug_class_gets_the_same_verdict_and_report_on_the_device(case, tmp_path, monkeypatch):
     plain, on_device, read = _on_both(case, GoldenCache(tmp_path / "goldens"), monkeypatch)
     assert on_device.failure is None, on_device.failure and on_device.failure.message
@@ -110,7 +98,7 @@ def test_a_big_cache_is_checked_without_coming_to_the_host(tmp_path, monkeypatch
     """4096 scratch pages (about 1 M cache elements per cache), a kernel writing outside the slot
     mapping and one writing for slot -1: found on the device, with reads bounded by the number
     of tensors and buffers, not by their size."""
-    base = _case("fused_rope_decode_attention", scratch_pages=4096)
+    base = replace(on_device_script.base_case("fused_rope_decode_attention"), scratch_pages=4096)
     cache = GoldenCache(tmp_path / "goldens")
     by_name = {o.name: o for o in OPERATORS}
     for case in (base, mutated(base, by_name["neighbor_slot_write"]), mutated(base, by_name["slot_minus_one_write"])):
