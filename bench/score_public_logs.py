@@ -4,7 +4,8 @@
 
 Reads tests/fixtures/logs/public/collection.yaml (each log with the outcome, label and code a
 person reading it gives it) and counts the logs the classifier gets right: outcome, label and
-code all equal.  Run it with another checkout's ``harness`` first on PYTHONPATH to score that
+code all equal; the logs marked ``held_out`` (gathered after the rules were written, labelled
+before the classifier was run on them) are scored apart.  Run it with another checkout's ``harness`` first on PYTHONPATH to score that
 version on the same logs (docs/benchmarks.md records the before/after).
 """
 from __future__ import annotations
@@ -42,6 +43,7 @@ def main() -> int:
     expected = yaml.safe_load((COLLECTION / "collection.yaml").read_text())
     right = 0
     groups: dict[str, list[int]] = {}
+    held = [0, 0]
     for name, spec in sorted(expected.items()):
         c = classify(name, spec)
         got = (c.outcome.value, label(c.outcome, c.code), c.code)
@@ -51,10 +53,13 @@ def main() -> int:
         tally = groups.setdefault(name.split("_", 1)[0], [0, 0])
         tally[0] += ok
         tally[1] += 1
+        if spec.get("held_out"):
+            held[0] += ok
+            held[1] += 1
         if args.verbose or not ok:
             print(f"{'ok ' if ok else 'BAD'} {name}: got {got}, want {want}")
     parts = ", ".join(f"{g} {r}/{n}" for g, (r, n) in sorted(groups.items()))
-    print(f"{right}/{len(expected)} right ({parts})")
+    print(f"{right}/{len(expected)} right ({parts}); held out: {held[0]}/{held[1]}")
     return 0 if right == len(expected) else 1
 
 

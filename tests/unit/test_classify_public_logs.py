@@ -109,6 +109,23 @@ def test_collective_watchdog_timeout_is_a_hang_not_the_abort_that_follows():
     assert c.fields["op_type"] == "BROADCAST" and c.fields["ran_ms"] == 600081 and "FAIL_SIGABRT" in c.secondary
 
 
+def test_hccl_error_ids_that_name_a_hang_or_the_environment():
+    notify = classify_text("AclrtSynchronizeDeviceWithTimeout, error code is 507048\n"
+                           "EI0002: [PID: 1] 2025-06-25-10:45:23.586.187 The wait execution of the Notify register times out.")
+    assert (notify.outcome, notify.code, notify.sticky) == (Outcome.HANG, "EI0002", True), notify.summary
+    assert "FAIL_507048" in notify.secondary and "HCCL_EXEC_TIMEOUT" in notify.hint
+    socket = classify_text("Communication_Error_Get_Socket(EI0006)")
+    assert (socket.outcome, socket.code) == (Outcome.HARNESS_ERROR, "EI0006") and "HCCL_CONNECT_TIMEOUT" in socket.hint
+    # 507048 alone is still a device fault: a task timed out, and nothing says what it waited on
+    assert classify_text("error code is 507048").outcome is Outcome.DEVICE_FAULT
+
+
+def test_the_heartbeat_monitor_ending_a_stuck_watchdog_is_a_hang():
+    c = classify_exit(-6, "[PG ID 0 PG GUID 0(default_pg) Rank 6] ProcessGroupNCCL's watchdog got stuck for 480 "
+                          "seconds without making progress in monitoring enqueued collectives.")
+    assert (c.outcome, c.fields["stuck_s"], c.fields["backend"]) == (Outcome.HANG, 480, "NCCL")
+
+
 def test_ptxas_failures_are_build_errors():
     for text in ("ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'",
                  "triton.runtime.errors.PTXASError: PTXAS error: Internal Triton PTX codegen error",
@@ -120,7 +137,9 @@ def test_ptxas_failures_are_build_errors():
 
 def test_aclinit_failure_is_the_environment_whatever_the_code():
     for text, code in (("aclInit failed. ERROR: 500000", 500000), ("[ERROR] aclInit(nullptr) failed: 507008", 507008),
-                       ("auto ret = aclInit(nullptr); ... aclInit failed, error code is 100002", 100002)):
+                       ("auto ret = aclInit(nullptr); ... aclInit failed, error code is 100002", 100002),
+                       ("RuntimeError: Initialize:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:217 NPU function "
+                        "error: at_npu::native::AclSetCompileopt(...), error code is 500001", 500001)):
         c = classify_text(text)
         assert (c.outcome, c.code, c.rule) == (Outcome.HARNESS_ERROR, code, "acl_init_failure"), c.summary
 
@@ -135,6 +154,7 @@ def test_aclinit_failure_is_the_environment_whatever_the_code():
     "PTO2 runtime: orch_error_code=0 sched_error_code=0 runtime_status=0",        # a clean status
     "def check(self, x): return x",                                                # '): ' with no CANN id
     "see Invalid_Argument(EE1001) in the CANN docs for the list",                  # a mention, not a report
+    "Initialize: NPU 0 ready",                                                     # torch-npu start-up that worked
     "torch.cuda.OutOfMemoryError is raised when the allocator fails",              # prose, no ':' after it
 ])
 def test_no_false_alarm_from_lines_that_only_look_alike(text):
@@ -148,7 +168,7 @@ def test_every_new_rule_is_exercised_by_a_public_log():
         if spec.get("via") == "exit":
             text += "\n[harness] worker killed by SIGABRT (signal 6) while running the kernel"
         hit |= {h.rule.name for h in match_rules(text)}
-    new = {"acl_init_failure", "oom_absurd_request", "cann_error_name", "pto2_allocator_deadlock",
-           "collective_watchdog_timeout", "ptxas_failure", "torch_oom_error"}
+    new = {"acl_init_failure", "acl_host_failure", "oom_absurd_request", "cann_error_name", "pto2_allocator_deadlock",
+           "collective_watchdog_timeout", "collective_watchdog_stuck", "ptxas_failure", "torch_oom_error"}
     assert new <= {r.name for r in builtin_rules()}
     assert new <= hit, new - hit
