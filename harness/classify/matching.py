@@ -7,7 +7,8 @@ answers two questions:
 * the *root cause* (the class: outcome, sticky, hint, rule): a cause anywhere
   beats a cascade, a cascade beats context, and among equals the earliest line
   wins (then the first rule in the list; user rules come before the
-  built-ins).  A cause may be printed after the wrapper it explains (torch-npu
+  built-ins), unless another of its rank names it more exactly (a code name
+  ``X/Y`` refines ``X``).  A cause may be printed after the wrapper it explains (torch-npu
   prints the device's detail block after ``error code is 507018``), so a cause
   wins wherever it is;
 * the *label* (the code): the code the runtime printed.  Among the signatures
@@ -269,10 +270,20 @@ def _strength(hit: Hit) -> tuple[int, int, int]:
     return hit.role.rank, hit.pos, hit.order
 
 
+def _refined(cause: Hit, hits: list[Hit]) -> Hit:
+    """The root cause, or a hit of its rank that names it more exactly: a name ``X/Y`` refines
+    ``X`` (PTO2's ``SCHEDULER_TIMEOUT/S1:running-stalled`` refines the status line's
+    ``SCHEDULER_TIMEOUT``, whichever was printed first)."""
+    if not cause.name:
+        return cause
+    finer = [h for h in hits if h.role is cause.role and h.name and h.name.startswith(cause.name + "/")]
+    return min(finer, key=_strength) if finer else cause
+
+
 def _from_hits(hits: list[Hit], prefix: str = "") -> Classification | None:
     if not hits:
         return None
-    cause = min(hits, key=_strength)
+    cause = _refined(min(hits, key=_strength), hits)
     printed = [h for h in hits if h.code is not None and not h.rule.detail]
     named = min(printed, key=_strength) if printed else cause
     secondary: list[str] = []

@@ -53,6 +53,17 @@ def _evidence(name: str, spec: dict) -> str:
     return text + "\n" + exit_line(spec["returncode"]) if spec.get("via") == "exit" else text
 
 
+PUBLIC = LOGS / "public"                # real public logs, labelled by hand (test_classify_public_logs.py)
+PUBLIC_SPECS: dict = yaml.safe_load((PUBLIC / "collection.yaml").read_text())
+
+
+def _all_evidence() -> list[str]:
+    """Every fixture's evidence: the written excerpts here and the public collection."""
+    public = [read_log(PUBLIC / name) + ("\n" + exit_line(spec["returncode"]) if spec.get("via") == "exit" else "")
+              for name, spec in PUBLIC_SPECS.items()]
+    return [_evidence(name, spec) for name, spec in EXPECTED.items()] + public
+
+
 # -- the fixture table ------------------------------------------------------------------------
 
 def test_every_fixture_has_an_expectation_and_there_are_enough():
@@ -76,14 +87,14 @@ def test_fixture_classifies_as_expected(name):
 
 
 def test_every_builtin_rule_is_hit_by_a_fixture():
-    hit = {h.rule.name for name, spec in EXPECTED.items() for h in match_rules(_evidence(name, spec))}
+    hit = {h.rule.name for text in _all_evidence() for h in match_rules(text)}
     missing = [r.name for r in builtin_rules() if r.name not in hit]
     assert not missing, f"built-in rules no fixture exercises: {missing}"
 
 
 def test_needles_are_sound_on_every_fixture_line():
     """Where a rule's regex matches a line, one of its derived needles is in that line."""
-    lines = [line for name, spec in EXPECTED.items() for line in _evidence(name, spec).splitlines()]
+    lines = [line for text in _all_evidence() for line in text.splitlines()]
     for rule in builtin_rules():
         if not rule.needles:
             continue
