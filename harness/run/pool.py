@@ -38,7 +38,7 @@ from pathlib import Path
 from harness import trace
 from harness.case import Case
 from harness.classify.matching import Classification, classify_exception, classify_exit, classify_timeout, read_log
-from harness.devices import Device
+from harness.devices import VISIBLE_ENV, Device, pinning_env
 from harness.errors import HarnessError
 from harness.logs import LOG_CAP_BYTES, cap_log
 from harness.outcomes import Outcome, Result
@@ -88,12 +88,17 @@ class WorkerOptions:
     base_env: dict[str, str] = field(default_factory=lambda: {**THREADING_ENV, **os.environ})
 
 
-def worker_env(options: WorkerOptions, case_env: dict[str, str]) -> dict[str, str]:
+def worker_env(options: WorkerOptions, case_env: dict[str, str], device: Device | None = None) -> dict[str, str]:
+    """A worker's environment: the run's, the kernel paths first on PYTHONPATH, ``device`` alone
+    visible (``devices.pinning_env``, unless the case names the visible devices itself), then the
+    case's own variables."""
     env = dict(options.base_env)
     paths = [*options.kernel_paths, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     if source_root():
         paths.append(source_root())
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    if device is not None and not (set(case_env) & set(VISIBLE_ENV.values())):
+        env.update(pinning_env(device, env))
     env.update(case_env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -295,7 +300,7 @@ class DeviceWorker:
                     [sys.executable, "-m", "harness.worker.serve", "--fd", str(child_sock.fileno()),
                      "--device", str(self.device), "--golden-dtype", self.options.golden_dtype,
                      "--front-end-pid", str(os.getpid())],
-                    pass_fds=(child_sock.fileno(),), env=worker_env(self.options, case_env),
+                    pass_fds=(child_sock.fileno(),), env=worker_env(self.options, case_env, self.device),
                     stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                     start_new_session=True,      # Ctrl-C reaches the front end only; killed as a group
                 ).result()
@@ -314,7 +319,7 @@ class DeviceWorker:
         process = ctx.Process(
             target=forked_main, name=f"harness-worker-{self.name}",
             args=(child_conn, str(self.device), self.options.golden_dtype,
-                  worker_env(self.options, case_env), str(log_path), os.getpid()),
+                  worker_env(self.options, case_env, self.device), str(log_path), os.getpid()),
         )
         process.start()
         child_conn.close()

@@ -108,16 +108,18 @@ def serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
     from harness.goldens.cache import GoldenCache
-    from harness.devices import backend as backend_for, host_memory, parse_device
+    from harness.devices import backend as backend_for, host_memory, local_device, parse_device
     from harness.worker.determinism import Baselines
     from harness.worker.execute import KernelLoader, execute_case
     from harness.worker.hygiene import warm_up
     from harness.worker import repeats as reuse
 
-    device = parse_device(device_text)
+    device = local_device(parse_device(device_text))   # a pinned worker's only device (docs/ascend.md)
     backend = backend_for(device)
     try:
         absent = backend.absent_reason(device)
+        if not absent:
+            backend.activate(device)      # before any kernel import
         info = {} if absent else backend.describe(device)
     except Exception as exc:   # a broken torch-npu install is an absent device, with the reason
         absent, info = f"{type(exc).__name__}: {exc}", {}
