@@ -166,9 +166,9 @@ def standin_fault(code: int = 507018, kernel_name: str = "fused_rope_decode_atte
 
 
 def _synchronize(device=None) -> None:
-    _touch(_current if device is None else (_index_of(device) if not isinstance(device, int) else device))
-    if _pending:
+    if _pending:           # the fault a launch left behind comes first, as the stream's error
         raise _pending.pop()
+    _touch(_current if device is None else (_index_of(device) if not isinstance(device, int) else device))
 
 
 class Event:
