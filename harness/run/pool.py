@@ -663,13 +663,15 @@ def _fault_metrics(cls: Classification) -> dict:
 
 
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
+_RUNTIME_FRAME = re.compile(r"/(?:harness|torch|torch_npu)/")
 
 
 def blocking_rerun(first: Result, again: Result, var: str) -> dict:
     """What the launch-blocking re-run of a device fault showed: whether the fault came back when
     every launch was synchronous, and where (the innermost frames of its stack outside the harness)."""
     frames = [m.groups() for m in map(_FRAME.match, (again.report or "").splitlines()) if m]
-    own = [f for f in frames if "/harness/" not in f[0].replace("\\", "/")]
+    # the kernel's frames: not the harness's, nor the runtime's own Python (torch, torch_npu)
+    own = [f for f in frames if not _RUNTIME_FRAME.search(f[0].replace("\\", "/"))]
     where = [f"{path}:{line} in {func}" for path, line, func in (own or frames)[-3:]]
     return {"env": f"{var}=1", "outcome": again.outcome.value, "label": again.label, "summary": again.summary,
             "reproduced": again.outcome in RERUN_OUTCOMES, "same_label": again.label == first.label,
