@@ -291,6 +291,7 @@ class DeviceWorker:
         self.unhealthy: str | None = None     # the current worker's tiny op failed on the device
         self.lost: str | None = None          # unhealthy in two fresh workers: no more cases here
         self._present = False                 # a worker has found the device (so absent later means lost)
+        self._own_device_logs: set[str] = set()   # this worker's device log directories, pruned at close
         self.info: dict = {}
         self._mark: devicelogs.Mark | None = None      # the device logs when the current case began
         self._device_log: tuple[bool, devicelogs.DeviceLog | None] = (False, None)   # (read, what)
@@ -345,6 +346,8 @@ class DeviceWorker:
             return None, True
         path = env.get(devicelogs.LOG_PATH_ENV)
         user = self.options.base_env.get(devicelogs.LOG_PATH_ENV) or case_env.get(devicelogs.LOG_PATH_ENV)
+        if path and not user:
+            self._own_device_logs.add(path)
         return path, not user
 
     def _fork(self, case_env: dict[str, str], log_path: Path) -> WorkerProcess:
@@ -425,6 +428,8 @@ class DeviceWorker:
         spare, self.spare = self.spare, None
         if spare is not None:
             spare.stop(force=True)
+        for directory in self._own_device_logs:      # kept with the run's logs, but not without bound
+            devicelogs.prune(directory)
         if self._own_goldens:
             self.goldens.close()
 
