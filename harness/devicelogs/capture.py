@@ -43,18 +43,25 @@ class Mark:
     directory: Path
     sizes: dict[str, tuple[int, int, int]] = field(default_factory=dict)   # rel path → (dev, ino, size)
     own: bool = True            # the harness's own directory: every file is this worker's
+    pids: set[int] | None = None   # a shared directory: the processes whose files are read
 
 
 def log_env(run_log_dir: Path, worker: str, device_text: str, env: Mapping[str, str]) -> dict[str, str]:
-    """``ASCEND_PROCESS_LOG_PATH`` for one worker: its own directory under the run's, unless the
-    user named one (then it is honoured, and read with other processes' files left out)."""
+    """``ASCEND_PROCESS_LOG_PATH`` for one worker process (``worker``: its name and start count):
+    its own directory under the run's, so a case's listing is a few files whatever the run left
+    before it; unless the user named one (then it is honoured, and read with other processes'
+    files left out)."""
     if env.get(LOG_PATH_ENV):
         return {}
-    return {LOG_PATH_ENV: str(run_log_dir / "device-logs" / f"{worker}-{device_text.replace(':', '')}")}
+    return {LOG_PATH_ENV: str(run_log_dir / DEVICE_LOGS / f"{worker}-{device_text.replace(':', '')}")}
 
 
-def _files(directory: Path) -> dict[str, tuple[int, int, int]]:
-    """Regular files under ``directory`` (links and special files never followed or opened)."""
+DEVICE_LOGS = "device-logs"     # under the run's log directory
+
+
+def _files(directory: Path, pids: set[int] | None = None) -> dict[str, tuple[int, int, int]]:
+    """Regular files under ``directory`` (links and special files never followed or opened);
+    with ``pids``, files named for another process are skipped before they cost a stat."""
     found: dict[str, tuple[int, int, int]] = {}
     stack = [directory]
     while stack and len(found) < MAX_FILES:
@@ -64,6 +71,8 @@ def _files(directory: Path) -> dict[str, tuple[int, int, int]]:
         except OSError:
             continue
         for entry in entries:
+            if pids is not None and not _written_by(entry.name, pids):
+                continue
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
@@ -77,15 +86,17 @@ def _files(directory: Path) -> dict[str, tuple[int, int, int]]:
     return found
 
 
-def mark(directory: str | Path | None, own: bool = True) -> Mark | None:
-    """What is under ``directory`` now (None when there is no directory to watch)."""
+def mark(directory: str | Path | None, own: bool = True, pids: set[int] | None = None) -> Mark | None:
+    """What is under ``directory`` now (None when there is no directory to watch).  In a shared
+    directory (``own`` false) only files of ``pids`` (or named for no pid) are listed."""
     if not directory:
         return None
     directory = Path(directory)
-    return Mark(directory, _files(directory) if directory.is_dir() else {}, own)
+    return Mark(directory, _files(directory, None if own else pids) if directory.is_dir() else {}, own, pids)
 
 
 def _written_by(rel: str, pids: set[int]) -> bool:
+    """A file not named for a pid, or named for one of ``pids`` (folders have no pid in their name)."""
     m = _PID_IN_NAME.match(os.path.basename(rel))
     return m is None or int(m.group(1)) in pids
 
@@ -97,7 +108,8 @@ def since(start: Mark | None, pids: set[int]) -> DeviceLog | None:
     nothing was written."""
     if start is None:
         return None
-    now = _files(start.directory)
+    pids = pids | (start.pids or set())
+    now = _files(start.directory, None if start.own else pids)
     pieces: list[tuple[str, int, int]] = []      # rel, offset, end
     for rel, (dev, ino, size) in sorted(now.items()):
         if not start.own and not _written_by(rel, pids):

@@ -337,7 +337,7 @@ class DeviceWorker:
     def _env(self, case_env: dict[str, str]) -> dict[str, str]:
         env = worker_env(self.options, case_env, self.device)
         if self.device.kind == "npu" or self.options.device_logs:
-            env.update(devicelogs.log_env(self.options.log_dir, self.name, str(self.device), env))
+            env.update(devicelogs.log_env(self.options.log_dir, f"{self.name}.{self.starts}", str(self.device), env))
         return env
 
     def _device_log_dir(self, env: dict[str, str], case_env: dict[str, str]) -> tuple[str | None, bool]:
@@ -347,7 +347,7 @@ class DeviceWorker:
         path = env.get(devicelogs.LOG_PATH_ENV)
         user = self.options.base_env.get(devicelogs.LOG_PATH_ENV) or case_env.get(devicelogs.LOG_PATH_ENV)
         if path and not user:
-            self._own_device_logs.add(path)
+            self._own_device_logs.add(str(Path(path).parent))
         return path, not user
 
     def _fork(self, case_env: dict[str, str], log_path: Path) -> WorkerProcess:
@@ -428,7 +428,7 @@ class DeviceWorker:
         spare, self.spare = self.spare, None
         if spare is not None:
             spare.stop(force=True)
-        for directory in self._own_device_logs:      # kept with the run's logs, but not without bound
+        for directory in self._own_device_logs:      # the run's device logs are kept, but not without bound
             devicelogs.prune(directory)
         if self._own_goldens:
             self.goldens.close()
@@ -504,7 +504,7 @@ class DeviceWorker:
         started = time.perf_counter()          # the case's time, not the worker's start-up
         current = self.current
         # the device logs as the case begins: a listing, no read (read only if the case fails)
-        self._mark = devicelogs.mark(current.device_logs, current.own_device_logs)
+        self._mark = devicelogs.mark(current.device_logs, current.own_device_logs, {current.proc.pid})
         self._device_log = (False, None)
         request = protocol.RunRequest(case, str(log_path), repeat, str(baseline) if baseline else None,
                                       nonce=secrets.token_hex(8), golden=golden and golden.golden)
