@@ -2,9 +2,31 @@
 # One prepared pass on an accelerator: the tiny matrix, the bug classes, and the
 # qwen3-14b device tier, each run writing its own JSON under OUT (default reports/device).
 #   DEVICE=cuda:0 OUT=/tmp/out bash ci/device-check.sh
+#   OUT=/tmp/out bash ci/device-check.sh npu       # on an Ascend host (CANN's set_env.sh sourced), docs/ascend.md
 # Uses the host's python3/torch (no install): PYTHONPATH=. is enough.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+MODE="${1:-cuda}"
+if [ "$MODE" = npu ]; then
+  DEVICE="${DEVICE:-npu:0}"
+  OUT="${OUT:-reports/device}"
+  mkdir -p "$OUT"
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+  python3 -c 'import torch, torch_npu; print("torch", torch.__version__, "torch_npu", torch_npu.__version__,
+        torch.npu.device_count(), "NPUs:", torch.npu.get_device_name(0))' || exit 2
+  npu() { python3 -m harness "$@" --no-progress --golden-cache "$OUT/goldens" --log-dir "$OUT/logs"; }
+  start=$(date +%s)
+  npu run cases --device "$DEVICE" --tier ci --json "$OUT/npu-tiny.json"
+  npu run ci/bug-classes.yaml --device "$DEVICE" --kernel-path tests/kernels_under_test --json "$OUT/npu-bugs.json"
+  # one NPU per worker: two workers, each must report its own device (metrics and ASCEND_RT_VISIBLE_DEVICES)
+  if [ "$(python3 -c 'import torch, torch_npu; print(torch.npu.device_count())')" -ge 2 ]; then
+    npu run cases/rope_kv_write.yaml --devices npu:0-1 --json "$OUT/npu-pinning.json"
+  fi
+  npu run cases/device/qwen3-14b-decode.yaml --device "$DEVICE" --json "$OUT/npu-qwen3-decode.json"
+  ls -R "$OUT/logs" | grep -c plog || true     # device log directories per worker (docs/ascend.md)
+  echo "total $(( $(date +%s) - start )) s"
+  exit 0
+fi
 DEVICE="${DEVICE:-cuda:0}"
 OUT="${OUT:-reports/device}"
 mkdir -p "$OUT" "${WORK:-$OUT}"

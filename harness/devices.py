@@ -7,6 +7,7 @@ registered by kind, so a new accelerator is one class, not an ``if`` chain.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -110,6 +111,38 @@ def accelerator_memory(devices: list[Device], env: dict[str, str]) -> dict[Devic
     return {d: Memory(*found[str(d)]) if found.get(str(d)) else None for d in wanted}
 
 
+# -- one device per worker -------------------------------------------------------
+# A worker for npu:6 sees that NPU alone (as its npu:0), so a kernel that allocates on "the
+# current device" or on device 0 cannot touch another worker's NPU.  Where the user's own
+# environment already narrows the visible devices, the case's index counts in that list.
+VISIBLE_ENV = {"npu": "ASCEND_RT_VISIBLE_DEVICES", "cuda": "CUDA_VISIBLE_DEVICES"}
+LOCAL_INDEX_ENV = "HARNESS_LOCAL_DEVICE_INDEX"   # the worker's torch index for its device
+DEVICE_ENV = "HARNESS_DEVICE"                    # the device as the case names it (npu:6)
+
+
+def pinning_env(device: Device, env: dict[str, str]) -> dict[str, str]:
+    """What a worker for ``device`` adds to ``env`` (the environment it would start with) so
+    that it sees only that device.  Nothing for the CPU, nor where ``env``'s visible list has
+    no entry ``device.index`` (the worker then finds the device absent, with that reason)."""
+    var = VISIBLE_ENV.get(device.kind)
+    if var is None:
+        return {DEVICE_ENV: str(device)}
+    listed = [e.strip() for e in env.get(var, "").split(",") if e.strip()] if env.get(var) else None
+    if listed is not None and device.index >= len(listed):
+        return {DEVICE_ENV: str(device)}
+    physical = listed[device.index] if listed is not None else str(device.index)
+    return {var: physical, LOCAL_INDEX_ENV: "0", DEVICE_ENV: str(device)}
+
+
+def local_device(device: Device, env=None) -> Device:
+    """The torch device a pinned worker uses for ``device`` (its only visible one)."""
+    env = os.environ if env is None else env
+    index = env.get(LOCAL_INDEX_ENV)
+    if device.kind == "cpu" or index is None or not index.isdigit():
+        return device
+    return Device(device.kind, int(index))
+
+
 # -- worker side ----------------------------------------------------------------
 
 class Backend:
@@ -133,6 +166,21 @@ class Backend:
 
     def memory(self, device: Device) -> Memory | None:
         return None
+
+    def activate(self, device: Device) -> None:
+        """Make ``device`` the current one, before any kernel is imported (a kernel that
+        allocates on "the current device" lands on its own)."""
+
+    def health(self, device: Device) -> str | None:
+        """None when a tiny op runs and synchronizes on ``device``; else why not."""
+        try:
+            import torch
+            x = torch.ones(8, device=self.torch_device(device))
+            value = float((x * 2).sum().item())
+            self.synchronize(device)
+        except Exception as exc:   # whatever the runtime raises is the reason
+            return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        return None if value == 16.0 else f"a tiny op gave {value} (expected 16.0)"
 
 
 class CpuBackend(Backend):
@@ -163,6 +211,10 @@ class CudaBackend(Backend):
     def synchronize(self, device: Device) -> None:
         import torch
         torch.cuda.synchronize(device.index)
+
+    def activate(self, device: Device) -> None:
+        import torch
+        torch.cuda.set_device(device.index)
 
     def memory(self, device: Device) -> Memory | None:
         import torch
@@ -206,6 +258,10 @@ class NpuBackend(Backend):
     def synchronize(self, device: Device) -> None:
         import torch
         torch.npu.synchronize(device.index)
+
+    def activate(self, device: Device) -> None:
+        import torch
+        torch.npu.set_device(device.index)
 
     def memory(self, device: Device) -> Memory | None:
         import torch

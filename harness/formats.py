@@ -44,3 +44,28 @@ def inputs_text(metrics: Any) -> str | None:
     size = next((f"{n / scale:.{1 if n < 10 * scale else 0}f} {unit}"
                  for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")) if n >= scale), f"{n} B")
     return f"{size}, digest {metrics.get('inputs_digest', '-')}"
+
+
+def blocking_rerun_text(metrics: Any) -> str | None:
+    """``launch-blocking re-run (ASCEND_LAUNCH_BLOCKING=1): FAIL_507018 again, at kernels.py:21 in f``
+    from a result's ``blocking_rerun``; None without one."""
+    rerun = metrics.get("blocking_rerun") if isinstance(metrics, Mapping) else None
+    if not isinstance(rerun, Mapping):
+        return None
+    head = f"launch-blocking re-run ({rerun.get('env', '?')}): "
+    if rerun.get("reproduced"):
+        head += f"{rerun.get('label')} again" if rerun.get("same_label") else f"reproduced as {rerun.get('label')}"
+    else:
+        head += f"did not reproduce ({rerun.get('label')})"
+    where = rerun.get("where") or []
+    return head + (f", at {where[-1]}" if where else "")
+
+
+def device_log_text(metrics: Any) -> str | None:
+    """The device runtime's log lines on a result (``device_log.text``, error lines first); None without."""
+    found = metrics.get("device_log") if isinstance(metrics, Mapping) else None
+    if not isinstance(found, Mapping) or not found.get("text"):
+        return None
+    files = found.get("files") or []
+    return (f"device log ({len(files)} file{'s' if len(files) != 1 else ''} under {found.get('directory')}"
+            f"{', truncated' if found.get('truncated') else ''}):\n{found['text']}")

@@ -46,6 +46,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harness-rules", action="append", default=[], metavar="FILE",
                     help="extra classifier rules (YAML); harness-rules.yaml in the cwd is read too")
     group.addoption("--harness-log-dir", default=None, help="per-case logs (default reports/logs/pytest-<run id>)")
+    group.addoption("--harness-device-logs", action="store_true",
+                    help="capture the device runtime's log files on every device (always on for npu)")
+    group.addoption("--harness-no-blocking-rerun", action="store_true",
+                    help="do not re-run a device fault once with ASCEND_LAUNCH_BLOCKING=1 / CUDA_LAUNCH_BLOCKING=1")
     group.addoption("--store", default=None, metavar="PATH",
                     help="results database (default $HARNESS_STORE or reports/results.sqlite)")
     group.addoption("--no-store", action="store_true", help="do not record case results")
@@ -206,7 +210,9 @@ def _engine(config: pytest.Config):
             log_name=config.stash[_RUN_KEY][1] if _RUN_KEY in config.stash else None,
             log_subdir=os.environ.get("PYTEST_XDIST_WORKER", "main"),
             rules=tuple(config.getoption("--harness-rules")),
-            tier=config.getoption("--harness-tier"))))
+            tier=config.getoption("--harness-tier"),
+            device_logs=config.getoption("--harness-device-logs"),
+            blocking_rerun=not config.getoption("--harness-no-blocking-rerun"))))
         config.stash[_ENGINE_KEY] = engine
     return engine
 

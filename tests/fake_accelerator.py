@@ -5,8 +5,9 @@ No GPU or NPU runs in CI, yet the checks must run on the device that holds the o
 hold code to a device's rules:
 
 - a tensor "on" the fake device is a CPU tensor of the subclass ``OnDevice``; its
-  ``.device`` reads ``cuda:0`` (``FAKE``), so code that places new tensors with
-  ``device=t.device`` puts them there too;
+  ``.device`` reads ``cuda:0`` (``FAKE``, or the device the mode was made for: the NPU
+  stand-in, ``tests/npu_standin``, makes one for ``npu:0``), so code that places new tensors
+  with ``device=t.device`` puts them there too;
 - factories and ``.to``/``.cuda`` given that device make ``OnDevice`` tensors;
 - an op that mixes an ``OnDevice`` tensor with a host tensor of one or more dims raises, as
   CUDA does ("Expected all tensors to be on the same device"); host scalars (0-dim) and host
@@ -48,10 +49,10 @@ def _tensors(values: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(v)
 
 
-def _is_fake(device: Any) -> bool:
+def _is_fake(device: Any, kind: str = "cuda") -> bool:
     if isinstance(device, str):
-        return device.startswith("cuda")
-    return isinstance(device, torch.device) and device.type == "cuda"
+        return device.startswith(kind)
+    return isinstance(device, torch.device) and device.type == kind
 
 
 def _is_host(device: Any) -> bool:
@@ -75,8 +76,9 @@ def _mark(value: Any, on_device: bool) -> Any:
 class FakeAccelerator(TorchFunctionMode):
     """While active, ``FAKE`` behaves as an accelerator (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device = FAKE) -> None:
         super().__init__()
+        self.device = device
         self.transfers: list[tuple[str, int]] = []
 
     @property
@@ -87,21 +89,21 @@ class FakeAccelerator(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         owner = getattr(func, "__self__", None)
         if owner is torch.Tensor.device or owner is torch._C.TensorBase.device:     # the .device property
-            return FAKE if _on_device(args[0]) else torch.device("cpu")
+            return self.device if _on_device(args[0]) else torch.device("cpu")
         if owner is torch._C.TensorBase.is_cuda:
-            return _on_device(args[0])
+            return _on_device(args[0]) and self.device.type == "cuda"
         if owner is torch._C.TensorBase.is_cpu:
             return not _on_device(args[0])
         name = getattr(func, "__name__", str(func))
         if func is torch.Tensor.numpy and _on_device(args[0]):
-            raise TypeError("can't convert cuda:0 device type tensor to numpy (fake accelerator)")
+            raise TypeError(f"can't convert {self.device} device type tensor to numpy (fake accelerator)")
         if func in _READS and _on_device(args[0]):
             self.transfers.append((name, args[0].numel()))
         if func in _MOVES:
             return self._move(func, name, args, kwargs)
-        self._refuse_mixed(name, func, args, kwargs)
+        self._refuse_mixed(name, func, args, kwargs, self.device)
         placed = False
-        if "device" in kwargs and _is_fake(kwargs["device"]):
+        if "device" in kwargs and self.is_fake(kwargs["device"]):
             kwargs["device"] = "cpu"
             placed = True
         result = func(*args, **kwargs)
@@ -118,7 +120,7 @@ class FakeAccelerator(TorchFunctionMode):
         if func is torch.Tensor.cpu:
             target: Any = "cpu"
         elif func is torch.Tensor.cuda:
-            target = FAKE
+            target = self.device
         else:
             target = kwargs.pop("device", None)
             rest = []
@@ -126,14 +128,14 @@ class FakeAccelerator(TorchFunctionMode):
                 if isinstance(a, (str, torch.device)):
                     target = a
                 elif isinstance(a, torch.Tensor):         # .to(other): its device and dtype
-                    target = FAKE if _on_device(a) else "cpu"
+                    target = self.device if _on_device(a) else "cpu"
                     rest.append(a.dtype)
                 else:
                     rest.append(a)
             args = (src, *rest)
         if target is None:
             return func(*args, **kwargs)
-        to_device = _is_fake(target)
+        to_device = self.is_fake(target)
         if not to_device and not _is_host(target):
             raise RuntimeError(f"fake accelerator: unexpected device {target!r}")
         if _on_device(src) and not to_device:
@@ -148,8 +150,12 @@ class FakeAccelerator(TorchFunctionMode):
             fresh = result.clone() if result is src else result   # a move makes a new tensor
         return _mark(fresh, to_device)
 
+    def is_fake(self, device: Any) -> bool:
+        """``device`` names this fake accelerator (any index of its kind: one is modelled)."""
+        return _is_fake(device, self.device.type)
+
     @staticmethod
-    def _refuse_mixed(name: str, func, args, kwargs) -> None:
+    def _refuse_mixed(name: str, func, args, kwargs, device: torch.device = FAKE) -> None:
         considered = list(args[:1]) + list(args[2:]) if func in _INDEXING else list(args)
         tensors = list(_tensors([*considered, *kwargs.values()]))
         if not any(_on_device(t) for t in tensors):
@@ -157,5 +163,5 @@ class FakeAccelerator(TorchFunctionMode):
         host = [t for t in tensors if not _on_device(t) and t.dim() > 0]
         if host:
             raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
-                               f"cuda:0 and cpu! ({name}: a host tensor of shape {tuple(host[0].shape)}; "
+                               f"{device} and cpu! ({name}: a host tensor of shape {tuple(host[0].shape)}; "
                                f"fake accelerator)")

@@ -116,7 +116,8 @@ def engine_options(args, devices: list[Device], *, kernel_paths=None, golden_dty
         golden_cache=golden_cache if golden_cache is not None
         else options.golden_cache(args.golden_cache, args.no_golden_cache),
         golden_dtype=golden_dtype or args.golden_dtype, golden_device=golden_device, log_dir=args.log_dir, log_root=default_log_dir,
-        rules=tuple(args.rules), tier=tier or args.tier, exitfirst=exitfirst, max_log_bytes=args.max_log_mb << 20))
+        rules=tuple(args.rules), tier=tier or args.tier, exitfirst=exitfirst, max_log_bytes=args.max_log_mb << 20,
+        device_logs=getattr(args, "device_logs", False), blocking_rerun=not getattr(args, "no_blocking_rerun", False)))
 
 
 @contextlib.contextmanager

@@ -77,6 +77,12 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
                                       f"'[... N bytes dropped ...]' line between (default {LOG_CAP_BYTES >> 20})")
     p.add_argument("--rules", action="append", default=[], metavar="FILE",
                    help="extra classifier rules (YAML; harness-rules.yaml in the cwd is read too)")
+    p.add_argument("--device-logs", action="store_true",
+                   help="capture the device runtime's log files (ASCEND_PROCESS_LOG_PATH, one directory per worker "
+                        "under the run's logs) on every device; always on for npu (docs/ascend.md)")
+    p.add_argument("--no-blocking-rerun", action="store_true",
+                   help="do not re-run a DEVICE_FAULT / ORCH_ERROR case on an accelerator once with "
+                        "ASCEND_LAUNCH_BLOCKING=1 / CUDA_LAUNCH_BLOCKING=1")
     p.add_argument("--no-progress", action="store_true", help="plain line-per-case output")
     p.add_argument("--no-color", action="store_true", help="plain output without colours (as when not a TTY)")
     _add_store(p)

@@ -27,7 +27,7 @@ import os
 from typing import Any, Mapping
 
 from harness.files import write_text
-from harness.formats import inputs_text
+from harness.formats import blocking_rerun_text, device_log_text, inputs_text
 from harness.logs import clean_text, log_tail
 from harness.outcome_table import label_counts
 from harness.reports.document import (
@@ -223,7 +223,8 @@ def _case(out: list[str], g: FailureGroup, anchor: str, detailed: bool, renderer
         out.append(f'<p class="note">all {g.count}: {_e(g.detail)}</p>')
     meta = [("where", g.where), ("code", r.code),
             ("duration", f"{r.duration_s:.3f} s" if isinstance(r.duration_s, (int, float)) else r.duration_s),
-            ("kernel", r.kernel), ("inputs", inputs_text(r.metrics)), ("log", g.log), ("other logs", g.other_logs)]
+            ("kernel", r.kernel), ("inputs", inputs_text(r.metrics)), ("log", g.log), ("other logs", g.other_logs),
+            ("re-run", blocking_rerun_text(r.metrics))]
     if r.params:
         meta.append(("params", ", ".join(f"{k}={v}" for k, v in r.params.items())))
     out.append('<dl class="meta">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in meta
@@ -233,6 +234,11 @@ def _case(out: list[str], g: FailureGroup, anchor: str, detailed: bool, renderer
     if r.report:
         text = _cap(clean_text(r.report), REPORT_CHARS if detailed else SHORT_REPORT_CHARS)
         out.append(f"<details open><summary>report</summary><pre>{html.escape(text)}</pre></details>")
+    device_log = device_log_text(r.metrics)
+    if device_log:
+        head, _, body = device_log.partition("\n")
+        out.append(f"<details><summary>{_e(head.rstrip(':'))}</summary>"
+                   f"<pre>{html.escape(_cap(clean_text(body), REPORT_CHARS))}</pre></details>")
     if detailed:
         tail = log_tail(g.log, LOG_LINES, LOG_BYTES)
         if tail:

@@ -31,6 +31,7 @@ from typing import Any, Mapping
 from junitparser import Error, Failure, JUnitXml, Properties, Property, Skipped, TestCase, TestSuite
 
 from harness.files import atomic_path
+from harness.formats import blocking_rerun_text, device_log_text
 from harness.logs import clean_text, log_tail
 from harness.outcomes import Outcome, Result
 from harness.reports.document import kind_of, provenance_items, results_of
@@ -95,6 +96,9 @@ def _properties(r: Result, ref: str | None) -> list[tuple[str, str]]:
 
 def _details(r: Result) -> str:
     parts = [_text(r.report, REPORT_CHARS)] if r.report else [_text(r.summary)]
+    for extra in (blocking_rerun_text(r.metrics), device_log_text(r.metrics)):
+        if extra:
+            parts.append(_text(extra, REPORT_CHARS))
     tail = log_tail(r.log)
     if tail:
         parts.append(f"--- last lines of {_text(r.log)} ---\n{tail}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from harness.formats import inputs_text
+from harness.formats import blocking_rerun_text, device_log_text, inputs_text
 from harness.logs import clean_text, log_tail
 from harness.outcome_table import label_counts
 from harness.reports.document import (
@@ -171,6 +171,13 @@ def _entry(g: FailureGroup) -> list[str]:
     inputs = inputs_text(g.first.metrics)
     if inputs:
         lines.append(f"  - inputs: {escape(inputs)}")
+    rerun = blocking_rerun_text(g.first.metrics)
+    if rerun:
+        lines.append(f"  - {escape(rerun)}")
+    device_log = device_log_text(g.first.metrics)
+    if device_log:        # its first error lines: the rest is in the JSON, JUnit and HTML
+        head, _, body = device_log.partition("\n")
+        lines.append(f"  - {escape(head)} {escape(' | '.join(body.splitlines()[:2]), limit=400)}")
     return lines
 
 

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.outcome_table import NEAR_TIE, PASS, passed_text
-from harness.formats import printable
+from harness.formats import blocking_rerun_text, printable
 from harness.outcomes import Outcome, Result
 from harness.reports.document import failure_groups
 
@@ -90,6 +90,9 @@ class Reporter:
             line = f"[{self.done}/{self.total}] {result.label:<14} {printable(result.case_id)} ({result.duration_s:.2f} s)"
             if result.outcome.failed:
                 line += f"\n    {printable(result.summary)}"
+                rerun = blocking_rerun_text(result.metrics)
+                if rerun:
+                    line += f"\n    {printable(rerun)}"
             print(line, flush=True)
         else:
             if result.outcome.failed:

@@ -21,7 +21,7 @@ from harness.devices import Device, Memory, accelerator_memory, host_memory
 from harness.memory_plan import fit_problem, plan
 from harness.outcomes import Outcome, Result
 from harness.run.golden_process import GoldenProcess
-from harness.run.pool import DeviceWorker, WorkerOptions, case_fields, log_name, worker_env
+from harness.run.pool import DeviceLost, DeviceWorker, WorkerOptions, case_fields, log_name, worker_env
 
 
 HOST_MEMORY_AGE_S = 0.5      # a case's plan is checked against what was free at most this long ago
@@ -81,7 +81,10 @@ class Engine:
 
     def run_one(self, case: Case, repeat: int = 0, bitwise: bool = False) -> Result:
         """Run a single case on the first device's worker, in the caller's thread (pytest items use this)."""
-        return self._run_on(self.workers[0], Planned(0, case, repeat, bitwise))
+        try:
+            return self._run_on(self.workers[0], Planned(0, case, repeat, bitwise))
+        except DeviceLost as exc:
+            return lost_result(case, repeat, self.workers[0].device, str(exc))
 
     def baseline_path(self, case: Case, device: Device) -> Path:
         """Where a fixed-seed hunt keeps the case's first buffers: per case, seed and device
@@ -167,7 +170,12 @@ class Engine:
                             on_start(p, worker)
                     if self.options.prefetch_goldens:
                         self._prefetch(p, todo, worker.device)
-                    result = self._run_on(worker, p)
+                    try:
+                        result = self._run_on(worker, p)
+                    except DeviceLost:
+                        # the case did not run: it goes back for another device, and this device takes no more
+                        todo.put(p)
+                        return
                     if interrupted.is_set():
                         return
                     with self._lock:
@@ -182,19 +190,43 @@ class Engine:
                 errors.append(exc)
                 stop.set()
 
-        threads = [threading.Thread(target=drain, args=(w,), name=f"device-{w.device}", daemon=True)
-                   for w in self.workers]
-        for t in threads:
-            t.start()
-        try:
+        while True:
+            live = [w for w in self.workers if not w.lost]
+            threads = [threading.Thread(target=drain, args=(w,), name=f"device-{w.device}", daemon=True)
+                       for w in live]
             for t in threads:
-                while t.is_alive():
-                    t.join(timeout=0.2)
-        except KeyboardInterrupt:
-            interrupted.set()
-            stop.set()
-            self.close()
-            raise
+                t.start()
+            try:
+                for t in threads:
+                    while t.is_alive():
+                        t.join(timeout=0.2)
+            except KeyboardInterrupt:
+                interrupted.set()
+                stop.set()
+                self.close()
+                raise
+            # a device lost mid-run put its case back: another round on the devices left, if any
+            if errors or stop.is_set() or todo.empty() or not any(not w.lost for w in self.workers):
+                break
         if errors:
             raise errors[0]
+        while not stop.is_set():        # every device lost: what is left is said, not dropped
+            try:
+                p = todo.get_nowait()
+            except queue.Empty:
+                break
+            lost = [w for w in self.workers if w.lost]
+            result = lost_result(p.case, p.repeat, lost[0].device, "; ".join(f"{w.device}: {w.lost}" for w in lost))
+            with self._lock:
+                results[p.index] = result
+                if on_result:
+                    recorded = on_result(p, result)
+                    if isinstance(recorded, Result):
+                        results[p.index] = recorded
         return [results[p.index] for p in items if p.index in results]
+
+
+def lost_result(case: Case, repeat: int, device: Device, why: str) -> Result:
+    """A case no device could take: every device it could go to was lost."""
+    return Result(outcome=Outcome.SKIPPED, summary=f"device lost: {why}",
+                  **case_fields(case, repeat, device, None))

@@ -109,6 +109,8 @@ class Settings:
     max_log_bytes: int = LOG_CAP_BYTES      # each case log cut to its head and tail past this
     tier: str = "auto"
     exitfirst: bool = False
+    device_logs: bool = False               # capture device runtime logs on every device (always on npu)
+    blocking_rerun: bool = True             # re-run a device fault launch-blocking, once
 
 
 def golden_cache(flag: str | None, disabled: bool) -> str | None:
@@ -150,7 +152,8 @@ def run_options(settings: Settings) -> RunOptions:
                            golden_device=settings.golden_device,
                            kernel_paths=kernel_paths(settings.kernel_paths),
                            rules=default_rules(extra=[Path(p) for p in settings.rules]),
-                           max_log_bytes=settings.max_log_bytes)
+                           max_log_bytes=settings.max_log_bytes, device_logs=settings.device_logs,
+                           blocking_rerun=settings.blocking_rerun)
     return RunOptions(devices=list(settings.devices), worker=worker, run_device_tier_on_cpu=settings.tier == "all",
                       exitfirst=settings.exitfirst)
 

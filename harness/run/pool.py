@@ -17,6 +17,7 @@ asked before the case is sent; the worker only reads the file it names.
 """
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import multiprocessing.connection
 import functools
@@ -35,10 +36,10 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from harness import trace
+from harness import devicelogs, trace
 from harness.case import Case
 from harness.classify.matching import Classification, classify_exception, classify_exit, classify_timeout, read_log
-from harness.devices import Device
+from harness.devices import VISIBLE_ENV, Device, pinning_env
 from harness.errors import HarnessError
 from harness.logs import LOG_CAP_BYTES, cap_log
 from harness.outcomes import Outcome, Result
@@ -85,15 +86,22 @@ class WorkerOptions:
     fork_cpu_workers: bool = True        # cpu workers forked from a preloaded zygote (see ZYGOTE_PRELOAD)
     max_log_bytes: int = LOG_CAP_BYTES   # each case log cut to its head and tail past this (logs.cap_log)
     rss_growth_warn_bytes: int = 1 << 30  # a worker whose RSS grew this much across cases: a warning
+    device_logs: bool = False            # capture the runtime's log files on every device (always on npu)
+    blocking_rerun: bool = True          # a DEVICE_FAULT / ORCH_ERROR on an accelerator is re-run launch-blocking
     base_env: dict[str, str] = field(default_factory=lambda: {**THREADING_ENV, **os.environ})
 
 
-def worker_env(options: WorkerOptions, case_env: dict[str, str]) -> dict[str, str]:
+def worker_env(options: WorkerOptions, case_env: dict[str, str], device: Device | None = None) -> dict[str, str]:
+    """A worker's environment: the run's, the kernel paths first on PYTHONPATH, ``device`` alone
+    visible (``devices.pinning_env``, unless the case names the visible devices itself), then the
+    case's own variables."""
     env = dict(options.base_env)
     paths = [*options.kernel_paths, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     if source_root():
         paths.append(source_root())
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    if device is not None and not (set(case_env) & set(VISIBLE_ENV.values())):
+        env.update(pinning_env(device, env))
     env.update(case_env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -120,6 +128,15 @@ def log_name(case_id: str, repeat: int) -> str:
 
 class WorkerStartError(HarnessError):
     pass
+
+
+class DeviceLost(HarnessError):
+    """The device stayed unhealthy in two fresh workers: its cases go to the other devices."""
+
+
+# Launches made synchronous for the re-run of a device fault: the fault lands on the call that made it.
+BLOCKING_ENV = {"npu": "ASCEND_LAUNCH_BLOCKING", "cuda": "CUDA_LAUNCH_BLOCKING"}
+RERUN_OUTCOMES = (Outcome.DEVICE_FAULT, Outcome.ORCH_ERROR)
 
 
 # The CPU zygote: a forkserver that has imported these and run nothing, so a replacement
@@ -195,6 +212,8 @@ class WorkerProcess:
     name: str                      # the owning DeviceWorker's, for the trace
     sentinel: int | None = None    # readable once the process has ended (None: poll it)
     own_sentinel: bool = False     # a pidfd this side opened, closed with the process
+    device_logs: str | None = None  # where its device runtime writes logs, when they are captured
+    own_device_logs: bool = True   # the harness's own directory (not the user's, shared with others)
     # stop() may come from two threads at once (a run closing while a request waits on the process):
     # the pipe and the pidfd must be closed once, or the second close may hit a reused descriptor.
     _stopping: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -269,7 +288,13 @@ class DeviceWorker:
         self.current: WorkerProcess | None = None
         self.spare: WorkerProcess | None = None
         self.absent: str | None = None
+        self.unhealthy: str | None = None     # the current worker's tiny op failed on the device
+        self.lost: str | None = None          # unhealthy in two fresh workers: no more cases here
+        self._present = False                 # a worker has found the device (so absent later means lost)
+        self._own_device_logs: set[str] = set()   # this worker's device log directories, pruned at close
         self.info: dict = {}
+        self._mark: devicelogs.Mark | None = None      # the device logs when the current case began
+        self._device_log: tuple[bool, devicelogs.DeviceLog | None] = (False, None)   # (read, what)
         self.starts = 0           # processes started, spares included
         self.replacements = 0     # workers stopped because of a fault
         self._log_dirs: set[Path] = set()
@@ -287,6 +312,7 @@ class DeviceWorker:
         log_path = self.options.log_dir / f"worker-{self.name}-{str(self.device).replace(':', '')}-{self.starts}.log"
         if self.device.kind == "cpu" and self.options.fork_cpu_workers:
             return self._fork(case_env, log_path)
+        env = self._env(case_env)
         parent_sock, child_sock = socket.socketpair()
         try:
             with open(log_path, "ab") as log_file:
@@ -295,7 +321,7 @@ class DeviceWorker:
                     [sys.executable, "-m", "harness.worker.serve", "--fd", str(child_sock.fileno()),
                      "--device", str(self.device), "--golden-dtype", self.options.golden_dtype,
                      "--front-end-pid", str(os.getpid())],
-                    pass_fds=(child_sock.fileno(),), env=worker_env(self.options, case_env),
+                    pass_fds=(child_sock.fileno(),), env=env,
                     stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                     start_new_session=True,      # Ctrl-C reaches the front end only; killed as a group
                 ).result()
@@ -305,16 +331,34 @@ class DeviceWorker:
         trace.log.debug("%s: spawned pid %d for %s (env %s, log %s)", self.name, proc.pid, self.device,
                         _env_text(key), log_path)
         pidfd = open_pidfd(proc.pid)
-        return WorkerProcess(proc, Connection(parent_sock.detach()), key, log_path, self.name, pidfd, pidfd is not None)
+        return WorkerProcess(proc, Connection(parent_sock.detach()), key, log_path, self.name, pidfd, pidfd is not None,
+                             *self._device_log_dir(env, case_env))
+
+    def _env(self, case_env: dict[str, str]) -> dict[str, str]:
+        env = worker_env(self.options, case_env, self.device)
+        if self.device.kind == "npu" or self.options.device_logs:
+            env.update(devicelogs.log_env(self.options.log_dir, f"{self.name}.{self.starts}", str(self.device), env))
+        return env
+
+    def _device_log_dir(self, env: dict[str, str], case_env: dict[str, str]) -> tuple[str | None, bool]:
+        """Where this worker's device logs are read, and whether the directory is the harness's own."""
+        if not (self.device.kind == "npu" or self.options.device_logs):
+            return None, True
+        path = env.get(devicelogs.LOG_PATH_ENV)
+        user = self.options.base_env.get(devicelogs.LOG_PATH_ENV) or case_env.get(devicelogs.LOG_PATH_ENV)
+        if path and not user:
+            self._own_device_logs.add(str(Path(path).parent))
+        return path, not user
 
     def _fork(self, case_env: dict[str, str], log_path: Path) -> WorkerProcess:
         from harness.worker.serve import forked_main
         ctx = zygote()
+        env = self._env(case_env)
         parent_conn, child_conn = ctx.Pipe()
         process = ctx.Process(
             target=forked_main, name=f"harness-worker-{self.name}",
             args=(child_conn, str(self.device), self.options.golden_dtype,
-                  worker_env(self.options, case_env), str(log_path), os.getpid()),
+                  env, str(log_path), os.getpid()),
         )
         process.start()
         child_conn.close()
@@ -322,7 +366,8 @@ class DeviceWorker:
         trace.log.debug("%s: forked pid %d for %s from the zygote (env %s, log %s)", self.name, process.pid,
                         self.device, _env_text(key), log_path)
         forked = ForkedProc(process)
-        return WorkerProcess(forked, parent_conn, key, log_path, self.name, forked.sentinel)
+        return WorkerProcess(forked, parent_conn, key, log_path, self.name, forked.sentinel, False,
+                             *self._device_log_dir(env, case_env))
 
     def _await_ready(self, process: WorkerProcess) -> None:
         if not process.conn.poll(self.options.startup_timeout_s):
@@ -339,7 +384,7 @@ class DeviceWorker:
             tail = read_log(process.log_path)[-2000:].strip()
             raise WorkerStartError(
                 f"worker for {self.device} died while starting (log: {process.log_path}): {tail}") from None
-        self.absent, self.info = ready.absent, ready.info
+        self.absent, self.info, self.unhealthy = ready.absent, ready.info, ready.unhealthy
 
     def ensure(self, case_env: dict[str, str]) -> None:
         key = _env_key(case_env)
@@ -383,19 +428,68 @@ class DeviceWorker:
         spare, self.spare = self.spare, None
         if spare is not None:
             spare.stop(force=True)
+        for directory in self._own_device_logs:      # the run's device logs are kept, but not without bound
+            devicelogs.prune(directory)
         if self._own_goldens:
             self.goldens.close()
 
     # -- one case ----------------------------------------------------------------
     def run(self, case: Case, log_path: Path, repeat: int = 0, baseline: Path | None = None) -> Result:
-        """Run ``case`` once; ``baseline``: compare its buffers bit for bit with that file (see determinism)."""
+        """Run ``case`` once; ``baseline``: compare its buffers bit for bit with that file (see determinism).
+
+        A device fault on an accelerator is re-run once, launch-blocking, in a fresh worker
+        (``blocking_rerun``); the result is the first attempt's, with the re-run on it.  Raises
+        ``DeviceLost`` when the device stays unhealthy in two fresh workers (the case did not run).
+        """
+        result = self._run(case, log_path, repeat, baseline)
+        var = BLOCKING_ENV.get(self.device.kind)
+        if (var and self.options.blocking_rerun and result.outcome in RERUN_OUTCOMES
+                and case.env.get(var) != "1"):
+            blocking = dataclasses.replace(case, env={**case.env, var: "1"})
+            trace.log.debug("%s: %s on %s: re-running launch-blocking (%s=1)", self.name, result.label,
+                            case.case_id, var)
+            try:
+                again = self._run(blocking, log_path.with_name(log_path.name.removesuffix(".log") + ".blocking.log"),
+                                  repeat, None)
+            except DeviceLost as exc:
+                again = Result(outcome=Outcome.SKIPPED, summary=f"device lost: {exc}",
+                               **case_fields(case, repeat, self.device, None))
+            result = dataclasses.replace(result, metrics={**result.metrics,
+                                                          "blocking_rerun": blocking_rerun(result, again, var)})
+        return result
+
+    def _run(self, case: Case, log_path: Path, repeat: int, baseline: Path | None) -> Result:
         base = case_fields(case, repeat, self.device, log_path)
+        if self.lost:
+            raise DeviceLost(self.lost)
         try:
             self.ensure(case.env)
+            if self.absent and self._present:          # it was there: a device gone mid-run is unhealthy
+                self.unhealthy, self.absent = f"no longer present: {self.absent}", None
+            if self.unhealthy and not self.absent:      # after a fault: one more fresh worker, then lost
+                trace.log.debug("%s: %s unhealthy (%s); one more fresh worker", self.name, self.device, self.unhealthy)
+                self.replace(f"unhealthy device: {self.unhealthy}")
+                self.ensure(case.env)
+                if self.absent:
+                    self.unhealthy, self.absent = f"no longer present: {self.absent}", None
+                if self.unhealthy:
+                    self.lost = self.unhealthy
+                    self.warnings.append(f"{self.device} lost: {self.unhealthy} (its remaining cases went to "
+                                         f"the other devices)")
+                    raise DeviceLost(self.unhealthy)
         except WorkerStartError as exc:
             return Result(outcome=Outcome.HARNESS_ERROR, summary=str(exc), duration_s=0.0, **base)
         if self.absent:
             return Result(outcome=Outcome.SKIPPED, summary=f"device not present: {self.absent}", **base)
+        self._present = True
+        result = self._launch(case, log_path, repeat, baseline, base)
+        if result.outcome.failed:
+            found = self._device_log_found()
+            if found is not None:
+                result = dataclasses.replace(result, metrics={**result.metrics, "device_log": found.to_metrics()})
+        return result
+
+    def _launch(self, case: Case, log_path: Path, repeat: int, baseline: Path | None, base: dict) -> Result:
         if log_path.parent not in self._log_dirs:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_dirs.add(log_path.parent)
@@ -409,6 +503,9 @@ class DeviceWorker:
             return self._result(protocol.CaseReply(case.case_id, 0.0, failure=golden.failure), base, log_path)
         started = time.perf_counter()          # the case's time, not the worker's start-up
         current = self.current
+        # the device logs as the case begins: a listing, no read (read only if the case fails)
+        self._mark = devicelogs.mark(current.device_logs, current.own_device_logs, {current.proc.pid})
+        self._device_log = (False, None)
         request = protocol.RunRequest(case, str(log_path), repeat, str(baseline) if baseline else None,
                                       nonce=secrets.token_hex(8), golden=golden and golden.golden)
         try:
@@ -429,6 +526,23 @@ class DeviceWorker:
         cap_log(log_path, self.options.max_log_bytes)
         self._watch_rss(current.proc.pid)
         return self._result(reply, base, log_path)
+
+    def _device_log_found(self) -> devicelogs.DeviceLog | None:
+        """What the device runtime wrote to its log files during the current case (read once)."""
+        read, found = self._device_log
+        if not read:
+            pids = {self.current.proc.pid} if self.current is not None else set()
+            try:
+                found = devicelogs.since(self._mark, pids)
+            except Exception as exc:  # an unreadable log tree never costs the case its verdict
+                trace.log.debug("%s: device logs not read: %s", self.name, exc)
+                found = None
+            self._device_log = (True, found)
+        return found
+
+    def _device_log_text(self) -> str:
+        found = self._device_log_found()
+        return "\n" + found.text if found is not None else ""
 
     def _watch_rss(self, pid: int) -> None:
         """Warn once per worker process whose resident memory grew past ``rss_growth_warn_bytes``
@@ -463,7 +577,8 @@ class DeviceWorker:
                                  f"{failure.first_line}", False)
         else:
             cls = classify_exception(failure.stage.value, failure.exc_type, failure.message,
-                                     failure.traceback, read_log(log_path), rules=self.options.rules)
+                                     failure.traceback, read_log(log_path) + self._device_log_text(),
+                                     rules=self.options.rules)
         if cls.sticky and not reply.replace_worker:
             self.replace(f"sticky {cls.outcome.value}: {cls.summary}")
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary,
@@ -492,7 +607,7 @@ class DeviceWorker:
         self.replace(f"no reply within timeout_s={case.timeout_s:g}")
         cap_log(log_path, self.options.max_log_bytes)
         log_text = read_log(log_path)
-        cls = classify_timeout(case.timeout_s, log_text, rules=self.options.rules)
+        cls = classify_timeout(case.timeout_s, log_text + self._device_log_text(), rules=self.options.rules)
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
                       report=log_text[-4000:], duration_s=time.perf_counter() - started,
                       metrics=_fault_metrics(cls), **base)
@@ -508,7 +623,7 @@ class DeviceWorker:
         self.replace(f"died mid-case (exit status {returncode})")
         cap_log(log_path, self.options.max_log_bytes)
         log_text = read_log(log_path)
-        cls = classify_exit(returncode, log_text, rules=self.options.rules)
+        cls = classify_exit(returncode, log_text + self._device_log_text(), rules=self.options.rules)
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
                       report=log_text[-4000:], duration_s=time.perf_counter() - started,
                       metrics=_fault_metrics(cls), **base)
@@ -550,3 +665,20 @@ def _fault_metrics(cls: Classification) -> dict:
     if cls.cause:
         metrics["cause"] = cls.cause
     return metrics
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
+_RUNTIME_FRAME = re.compile(r"/(?:harness|torch|torch_npu)/")
+
+
+def blocking_rerun(first: Result, again: Result, var: str) -> dict:
+    """What the launch-blocking re-run of a device fault showed: whether the fault came back when
+    every launch was synchronous, and where (the innermost frames of its stack outside the harness)."""
+    frames = [m.groups() for m in map(_FRAME.match, (again.report or "").splitlines()) if m]
+    # the kernel's frames: not the harness's, nor the runtime's own Python (torch, torch_npu)
+    own = [f for f in frames if not _RUNTIME_FRAME.search(f[0].replace("\\", "/"))]
+    where = [f"{path}:{line} in {func}" for path, line, func in (own or frames)[-3:]]
+    return {"env": f"{var}=1", "outcome": again.outcome.value, "label": again.label, "summary": again.summary,
+            "reproduced": again.outcome in RERUN_OUTCOMES, "same_label": again.label == first.label,
+            "where": where, "log": again.log,
+            **({"device_log": again.metrics["device_log"]} if "device_log" in again.metrics else {})}

@@ -63,13 +63,17 @@ class Ready:
     pid: int
     absent: str | None                 # why the device is not usable; None when it is
     info: dict[str, Any] = field(default_factory=dict)
+    unhealthy: str | None = None       # present, but a tiny op on it failed (an accelerator after a fault)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"message": self.kind, "pid": self.pid, "absent": self.absent, "info": dict(self.info)}
+        return {"message": self.kind, "pid": self.pid, "absent": self.absent, "info": dict(self.info),
+                "unhealthy": self.unhealthy}
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> "Ready":
-        return cls(pid=data["pid"], absent=data["absent"], info=dict(data["info"]))
+        unhealthy = data.get("unhealthy")
+        return cls(pid=data["pid"], absent=data["absent"], info=dict(data["info"]),
+                   unhealthy=unhealthy if isinstance(unhealthy, str) else None)
 
     def brief(self) -> str:
         return f"ready pid={self.pid}" + (f" absent: {self.absent}" if self.absent else "")

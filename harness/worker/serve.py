@@ -108,20 +108,27 @@ def serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
     from harness.goldens.cache import GoldenCache
-    from harness.devices import backend as backend_for, host_memory, parse_device
+    from harness.devices import backend as backend_for, host_memory, local_device, parse_device
     from harness.worker.determinism import Baselines
     from harness.worker.execute import KernelLoader, execute_case
     from harness.worker.hygiene import warm_up
     from harness.worker import repeats as reuse
 
-    device = parse_device(device_text)
+    device = local_device(parse_device(device_text))   # a pinned worker's only device (docs/ascend.md)
     backend = backend_for(device)
     try:
         absent = backend.absent_reason(device)
         info = {} if absent else backend.describe(device)
     except Exception as exc:   # a broken torch-npu install is an absent device, with the reason
         absent, info = f"{type(exc).__name__}: {exc}", {}
-    if not absent:
+    unhealthy = None
+    if not absent and device.kind != "cpu":
+        try:
+            backend.activate(device)      # before any kernel import
+        except Exception as exc:          # present, but it cannot be made current: a lost device says so here
+            unhealthy = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        unhealthy = unhealthy or backend.health(device)      # a tiny op
+    if not absent and not unhealthy:
         try:
             warm_up(backend.torch_device(device))     # torch's own pools: not a kernel's leftovers
         except Exception:      # a device that fails here fails the first case too, which classifies it
@@ -131,7 +138,7 @@ def serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
     loader = KernelLoader()
     baselines = Baselines()
     repeats = reuse.Repeats(device.kind, lambda: (backend.memory(device), host_memory()), on=reuse.enabled())
-    protocol.send(conn, protocol.Ready(pid=os.getpid(), absent=absent, info=info))
+    protocol.send(conn, protocol.Ready(pid=os.getpid(), absent=absent, info=info, unhealthy=unhealthy))
 
     while True:
         try:
