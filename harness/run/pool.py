@@ -86,6 +86,7 @@ class WorkerOptions:
     max_log_bytes: int = LOG_CAP_BYTES   # each case log cut to its head and tail past this (logs.cap_log)
     rss_growth_warn_bytes: int = 1 << 30  # a worker whose RSS grew this much across cases: a warning
     base_env: dict[str, str] = field(default_factory=lambda: {**THREADING_ENV, **os.environ})
+    worktree: str | None = None          # the ref's worktree (compare, bisect): a command case's {worktree} and cwd
 
 
 def worker_env(options: WorkerOptions, case_env: dict[str, str]) -> dict[str, str]:
