@@ -225,6 +225,12 @@ def _case_id(name: str, parts: list[str]) -> str:
     return case_id.replace("/", "%2F").replace("::", ":%3A")
 
 
+def case_id_of(name: str, parts: list[str]) -> str:
+    """A case id as every case file builds it (command case files too): ``name[k=v,...]``, ``/`` and ``::``
+    escaped (``::`` separates a command case from the tests of its JUnit)."""
+    return _case_id(name, parts)
+
+
 # ---------------------------------------------------------------------------
 # Cases: resolve and check each expanded case as a whole
 # ---------------------------------------------------------------------------

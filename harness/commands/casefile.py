@@ -132,7 +132,7 @@ def _plain(v: Any) -> str:
 
 def load_command_matrix(root: Node, path: str, max_cases: int) -> list[Case]:
     """A command case file's node tree -> its cases, in matrix order."""
-    from harness.casefiles.matrix import _case_id   # the ids kernel matrices get, built the same way
+    from harness.casefiles.matrix import case_id_of   # the ids kernel matrices get (lazy: matrix imports this module)
 
     top = root.value
     for key in KERNEL_KEYS:
@@ -181,7 +181,7 @@ def load_command_matrix(root: Node, path: str, max_cases: int) -> list[Case]:
         chosen = {k: item.value for (k, _), item in zip(axes, combo)}
         parts = [f"{k}={_plain(chosen[k])}" for k in varying]
         cases.append(Case(
-            case_id=_case_id(name, parts), matrix=name, source=f"{path}:{origin.line}",
+            case_id=case_id_of(name, parts), matrix=name, source=f"{path}:{origin.line}",
             op=COMMAND_OP, kernel="", geometry=PRESETS["tiny"], seq_lens=SeqLens("const", (1,)),
             slot_mode=SlotMode("arange"), seed=chosen.get("seed", seed), timeout_s=float(timeout_s),
             env=dict(env), tier=tier, params=chosen, command=wire))
