@@ -22,7 +22,7 @@ from pathlib import Path
 
 from harness import trace
 
-OUTPUT_CAP_BYTES = 4 << 20       # per command: head and tail of this much kept
+OUTPUT_CAP_BYTES = 8 << 20       # per command: its first and last 4 MiB kept
 TERM_GRACE_S = 3.0
 _CHUNK = 1 << 16
 _DRAIN_S = 2.0                   # after the session is gone, the pipe's last bytes are read within this

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from harness.case import Case
+from harness.commands.process import OUTPUT_CAP_BYTES
 from harness.commands.runner import Context as CommandContext, run_case as run_command_case, scratch_name
 from harness.devices import Device, Memory, accelerator_memory, host_memory
 from harness.memory_plan import fit_problem, plan
@@ -150,7 +151,8 @@ class Engine:
         w = self.options.worker
         ctx = CommandContext(device=device, repeat=p.repeat, log_path=w.log_dir / log_name(p.case.case_id, p.repeat),
                              scratch=w.log_dir / "commands" / scratch_name(p.case.case_id, p.repeat, device),
-                             base_env=w.base_env, worktree=w.worktree, rules=w.rules, cap_bytes=w.max_log_bytes)
+                             base_env=w.base_env, worktree=w.worktree, rules=w.rules,
+                             cap_bytes=min(w.max_log_bytes, OUTPUT_CAP_BYTES))
         return run_command_case(p.case, ctx)
 
     def run(self, planned: Iterable[Planned],
