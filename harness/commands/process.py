@@ -1,11 +1,13 @@
 """One command in a session of its own: output captured (head and tail), timeout, the session killed.
 
 The command is the leader of a new session (``start_new_session``), so everything
-it starts, whatever process group it moves to, carries the session id; when the
-command ends, or its timeout passes, every process left in the session gets
-SIGTERM, then SIGKILL (found through ``/proc``: a child that made its own process
-group is still found; one that started a session of its own has left on purpose and
-is not).  stdout and stderr go to one pipe, read by a thread that keeps the first
+it starts, whatever process group it moves to, carries the session id.  When its
+timeout passes, every process of the session gets SIGTERM, then SIGKILL (found
+through ``/proc``: a child that made its own process group is still found; one
+that started a session of its own has left on purpose and is not).  When it ends
+by itself, the session is scanned the same way only where something is left: its
+process group is not empty, or the output pipe is still held open (a scan of
+``/proc`` costs ~10 ms on a loaded host, more than spawning the command).  stdout and stderr go to one pipe, read by a thread that keeps the first
 and last ``cap_bytes // 2`` bytes and counts the rest, so gigabytes of output cost
 no memory and no disk.  A program that cannot be started (``FileNotFoundError``,
 ``PermissionError``) is reported as data, not raised.
@@ -26,6 +28,7 @@ OUTPUT_CAP_BYTES = 8 << 20       # per command: its first and last 4 MiB kept
 TERM_GRACE_S = 3.0
 _CHUNK = 1 << 16
 _DRAIN_S = 2.0                   # after the session is gone, the pipe's last bytes are read within this
+_HELD_S = 0.05                   # a pipe still open this long after the leader ended: someone in the session holds it
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,23 @@ def kill_session(sid: int, grace_s: float = TERM_GRACE_S) -> int:
     return len(members)
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a process left (the cheap question; a scan of the session is not)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _drained(capture: "_Capture") -> bool:
+    """Whether the output pipe was closed by everyone once the leader ended (nobody still holds it)."""
+    capture.join(_HELD_S)
+    return not capture.is_alive()
+
+
 def _zombie(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
@@ -148,10 +168,13 @@ def run(argv: list[str], *, cwd: str | os.PathLike, env: dict[str, str], timeout
         except subprocess.TimeoutExpired:
             timed_out = True
             trace.log.debug("command pid %d: no end within timeout_s=%g", proc.pid, timeout_s)
-        # the leader first (its exit status is the command's), then whatever it left behind
-        leftovers = kill_session(proc.pid, grace_s)
         if timed_out:
+            kill_session(proc.pid, grace_s)             # the leader and everything it started
             leftovers = 0                               # killed for the timeout, not left behind
+        elif _group_alive(proc.pid) or not _drained(capture):
+            leftovers = kill_session(proc.pid, grace_s)  # what it left running (or holding the output open)
+        else:
+            leftovers = 0
         proc.wait()
     finally:
         if proc.poll() is None:                         # an interrupt: nothing outlives the harness

@@ -62,3 +62,14 @@ def test_a_missing_program_is_reported_not_raised(tmp_path):
 
 def test_kill_session_of_an_empty_session_is_nothing():
     assert session_members(2**22 + 12345) == [] and kill_session(2**22 + 12345) == 0
+
+
+def test_a_child_in_another_group_that_holds_the_output_is_found_after_a_normal_end(tmp_path):
+    script = "python3 -c 'import os,time; os.setpgid(0,0); open(\"pid\", \"w\").write(str(os.getpid())); " \
+             "time.sleep(60)' & while [ ! -s pid ]; do sleep 0.05; done; echo done"
+    done = run(["/bin/sh", "-c", script], cwd=tmp_path, env=dict(os.environ), timeout_s=20, grace_s=0.5)
+    assert done.returncode == 0 and done.output == b"done\n"
+    assert done.leftovers == 1 and done.duration_s < 10
+    child = int((tmp_path / "pid").read_text())
+    time.sleep(0.1)
+    assert not _alive(child)
