@@ -3,7 +3,11 @@ run with `run`, `flake`, `compare` and `bisect`, and mixed with a kernel case in
 from __future__ import annotations
 
 import json
+import os
 import random
+import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -128,3 +132,25 @@ def test_list_and_bad_files_exit_2_with_one_line(tmp_path):
     proc = run_harness("run", str(bad), "--no-store", cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(f"harness: error: {bad}:2:10: command: unknown placeholder")
+
+
+JUNIT = """<testsuites><testsuite name="pytest">
+<testcase classname="t" name="test_ok"/>
+<testcase classname="t" name="test_fault"><failure message="error code is 507018">x</failure></testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_the_pytest_plugin_runs_a_command_case_and_stores_its_tests(tmp_path):
+    (tmp_path / "junit-src.xml").write_text(JUNIT)
+    write_case_file(tmp_path / "cases", "suite.yaml", 'name: suite\ncommand: "cp ../junit-src.xml {junit}"\n')
+    store = tmp_path / "s.sqlite"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "cases",
+                           "--device", "cpu", "--store", str(store), "-q"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"} | {"PYTEST_ADDOPTS": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr       # the command passed; its JUnit was read
+    assert "1 passed" in proc.stdout
+    with sqlite3.connect(store) as conn:
+        rows = conn.execute("SELECT case_id, label FROM results ORDER BY rowid").fetchall()
+    assert rows == [("suite", "PASS"), ("suite::t::test_ok", "PASS"), ("suite::t::test_fault", "FAIL_507018")]
