@@ -53,7 +53,7 @@ class Verdict:
     outcome: Outcome
     code: int | str | None
     summary: str
-    fields: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)     # the classifier's rule, fields, hint... (Classification.metrics)
 
 
 def _values(case: Case, spec: CommandSpec, ctx: Context, out: Path, junit: Path, env: Mapping[str, str]) -> dict:
@@ -82,7 +82,7 @@ def _signal_of(returncode: int, shell: bool) -> int | None:
 
 
 def _classified(c: Classification) -> Verdict:
-    return Verdict(c.outcome, c.code, c.summary, dict(c.fields))
+    return Verdict(c.outcome, c.code, c.summary, c.metrics())
 
 
 def judge(finished: process.Finished, spec: CommandSpec, timeout_s: float, rules=None) -> Verdict:
@@ -183,8 +183,7 @@ def run_case(case: Case, ctx: Context) -> list[Result]:
     verdict = judge(finished, spec, case.timeout_s, ctx.rules)
     metrics = {"command": {**provenance, "returncode": finished.returncode, "output_bytes": finished.output_bytes,
                            "timed_out": finished.timed_out, "leftover_processes": finished.leftovers}}
-    if verdict.fields:
-        metrics["fields"] = verdict.fields
+    metrics.update(verdict.metrics)
     summary = verdict.summary
     outcome, code = verdict.outcome, verdict.code
     tests: list[TestCase] = []
@@ -209,7 +208,7 @@ def run_case(case: Case, ctx: Context) -> list[Result]:
         results.append(Result(
             outcome=v.outcome, code=v.code, summary=v.summary,
             report=clean_text(f"{test.message}\n{test.text}".strip()) if v.outcome.failed else "",
-            metrics={"test": test.test_id, "suite": case.case_id, **({"fields": v.fields} if v.fields else {})},
+            metrics={"test": test.test_id, "suite": case.case_id, **v.metrics},
             duration_s=test.duration_s, log=log,
             **{**base, "case_id": f"{case.case_id}::{test.test_id}"}))
     return results

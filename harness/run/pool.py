@@ -539,15 +539,4 @@ def _wait_for_quiet_log(log_path: Path, limit_s: float) -> None:
 
 def _fault_metrics(cls: Classification) -> dict:
     """What the classifier extracted, kept with the result (rendered by reports)."""
-    metrics: dict = {"rule": cls.rule}
-    if cls.secondary:
-        metrics["secondary"] = list(cls.secondary)
-    if cls.fields:
-        metrics["fields"] = dict(cls.fields)
-    if cls.hint:
-        metrics["hint"] = cls.hint
-    if cls.name:
-        metrics["fault_name"] = cls.name
-    if cls.cause:
-        metrics["cause"] = cls.cause
-    return metrics
+    return cls.metrics()

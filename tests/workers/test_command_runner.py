@@ -43,6 +43,7 @@ def test_junit_tests_become_results_of_their_own_classified(tmp_path):
         ("suite::tests.test_x::test_wrong", "FAILED"),
     ]
     assert results[2].metrics["suite"] == "suite" and results[2].duration_s == 0.2
+    assert results[2].metrics["fault_name"] == "ACL_ERROR_RT_AICPU_EXCEPTION" and results[2].metrics["rule"]
     assert "assert 1 == 2" in results[3].summary and all(r.device == "npu:6" for r in results)
 
 
