@@ -148,9 +148,33 @@ def _zombie(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] == b"Z"
 
 
+class Sessions:
+    """The command sessions running for one owner (an engine): ``kill_all`` when it closes, so an
+    interrupted run (Ctrl-C, SIGTERM) leaves no command behind in a thread that will never reap it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[int] = set()
+
+    def add(self, sid: int) -> None:
+        with self._lock:
+            self._running.add(sid)
+
+    def discard(self, sid: int) -> None:
+        with self._lock:
+            self._running.discard(sid)
+
+    def kill_all(self, grace_s: float = 0.5) -> None:
+        with self._lock:
+            running, self._running = sorted(self._running), set()
+        for sid in running:
+            kill_session(sid, grace_s)
+
+
 def run(argv: list[str], *, cwd: str | os.PathLike, env: dict[str, str], timeout_s: float,
-        cap_bytes: int = OUTPUT_CAP_BYTES, grace_s: float = TERM_GRACE_S) -> Finished:
-    """Run ``argv`` (no shell: a shell command is ``["/bin/sh", "-c", text]``) to its end or its timeout."""
+        cap_bytes: int = OUTPUT_CAP_BYTES, grace_s: float = TERM_GRACE_S, sessions: Sessions | None = None) -> Finished:
+    """Run ``argv`` (no shell: a shell command is ``["/bin/sh", "-c", text]``) to its end or its timeout
+    (``sessions``: where it is registered while it runs)."""
     started = time.monotonic()
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -159,6 +183,8 @@ def run(argv: list[str], *, cwd: str | os.PathLike, env: dict[str, str], timeout
         why = f"{exc.strerror or exc}: {exc.filename or argv[0]}"
         return Finished(tuple(argv), None, b"", 0, time.monotonic() - started, not_started=why)
     trace.log.debug("command started: pid %d: %s (cwd %s)", proc.pid, argv, cwd)
+    if sessions is not None:
+        sessions.add(proc.pid)
     capture = _Capture(proc.stdout, cap_bytes)
     capture.start()
     timed_out = False
@@ -180,6 +206,8 @@ def run(argv: list[str], *, cwd: str | os.PathLike, env: dict[str, str], timeout
         if proc.poll() is None:                         # an interrupt: nothing outlives the harness
             kill_session(proc.pid, 0.2)
             proc.wait()
+        if sessions is not None:
+            sessions.discard(proc.pid)
         capture.join(_DRAIN_S)
         proc.stdout.close()
     return Finished(tuple(argv), None if timed_out else proc.returncode, capture.output(), capture.total,

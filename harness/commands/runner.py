@@ -46,6 +46,7 @@ class Context:
     worktree: str | None = None            # the ref's worktree (compare, bisect), else None
     rules: Sequence | None = None
     cap_bytes: int = process.OUTPUT_CAP_BYTES
+    sessions: process.Sessions | None = None     # the engine's, killed when it closes
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,8 @@ def run_case(case: Case, ctx: Context) -> list[Result]:
         return [Result(outcome=Outcome.CONTRACT, summary=f"cwd {cwd} is not a directory", log=None,
                        metrics={"command": provenance}, **base)]
 
-    finished = process.run(argv, cwd=cwd, env=env, timeout_s=case.timeout_s, cap_bytes=ctx.cap_bytes)
+    finished = process.run(argv, cwd=cwd, env=env, timeout_s=case.timeout_s, cap_bytes=ctx.cap_bytes,
+                           sessions=ctx.sessions)
     process.write_output(ctx.log_path, finished)
     verdict = judge(finished, spec, case.timeout_s, ctx.rules)
     metrics = {"command": {**provenance, "returncode": finished.returncode, "output_bytes": finished.output_bytes,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from harness.case import Case
-from harness.commands.process import OUTPUT_CAP_BYTES
+from harness.commands.process import OUTPUT_CAP_BYTES, Sessions
 from harness.commands.runner import Context as CommandContext, run_case as run_command_case, scratch_name
 from harness.devices import Device, Memory, accelerator_memory, host_memory
 from harness.memory_plan import fit_problem, plan
@@ -66,8 +66,10 @@ class Engine:
         self._accelerators: dict[Device, Memory | None] | None = None
         self._accelerators_lock = threading.Lock()
         self._host: tuple[float, Memory | None] | None = None
+        self._commands = Sessions()          # command cases running now (harness.commands)
 
     def close(self) -> None:
+        self._commands.kill_all()            # an interrupted run leaves no command running
         for w in self.workers:
             w.close()
         self.goldens.close()
@@ -152,7 +154,7 @@ class Engine:
         ctx = CommandContext(device=device, repeat=p.repeat, log_path=w.log_dir / log_name(p.case.case_id, p.repeat),
                              scratch=w.log_dir / "commands" / scratch_name(p.case.case_id, p.repeat, device),
                              base_env=w.base_env, worktree=w.worktree, rules=w.rules,
-                             cap_bytes=min(w.max_log_bytes, OUTPUT_CAP_BYTES))
+                             cap_bytes=min(w.max_log_bytes, OUTPUT_CAP_BYTES), sessions=self._commands)
         return run_command_case(p.case, ctx)
 
     def run(self, planned: Iterable[Planned],

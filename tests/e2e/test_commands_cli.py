@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -154,3 +156,35 @@ def test_the_pytest_plugin_runs_a_command_case_and_stores_its_tests(tmp_path):
     with sqlite3.connect(store) as conn:
         rows = conn.execute("SELECT case_id, label FROM results ORDER BY rowid").fetchall()
     assert rows == [("suite", "PASS"), ("suite::t::test_ok", "PASS"), ("suite::t::test_fault", "FAIL_507018")]
+
+
+def _with_marker(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_an_interrupted_run_leaves_no_command_running(tmp_path):
+    marker = f"marker-{os.getpid()}-{tmp_path.name}"
+    write_case_file(tmp_path / "cases", "long.yaml", f'name: long\ncommand: ["sh", "-c", "sleep 60", "{marker}"]\n')
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "cases", "--no-store", "--no-progress"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _with_marker(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _with_marker(marker), "the command never started"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in out
+    assert _with_marker(marker) == []
