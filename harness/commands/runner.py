@@ -139,7 +139,7 @@ def _test_verdict(test: TestCase, rules) -> Verdict:
     return Verdict(Outcome.FAILED, None, f"test {test.status}: {first}")
 
 
-def _report(spec: CommandSpec, argv_text: str, cwd: str, finished: process.Finished) -> str:
+def _report(argv_text: str, cwd: str, finished: process.Finished) -> str:
     text = clean_text(finished.output.decode("utf-8", errors="replace"))
     if len(text) > REPORT_CHARS:
         text = text[:REPORT_CHARS // 4] + "\n[...]\n" + text[-(REPORT_CHARS * 3 // 4):]
@@ -172,7 +172,7 @@ def run_case(case: Case, ctx: Context) -> list[Result]:
         shown = CommandSpec(tuple(argv)).text
     cwd = str(Path(spec.base_dir, substitute(spec.cwd, values))) if spec.cwd else values["worktree"]
     provenance = {"command": shown, "shell": spec.shell, "cwd": cwd,
-                  "env": relevant_env({**relevant_env(env), **case_env}), "junit": str(junit), "out": str(out)}
+                  "env": relevant_env(env), "junit": str(junit), "out": str(out)}
     base = dict(case_id=case.case_id, matrix=case.matrix, op=case.op, kernel=case.kernel, seed=case.seed,
                 repeat=ctx.repeat, device=str(ctx.device), params=dict(case.params))
     if not Path(cwd).is_dir():
@@ -203,7 +203,7 @@ def run_case(case: Case, ctx: Context) -> list[Result]:
         summary = (summary + "; " if summary else "") + f"{finished.leftovers} processes left in its session, killed"
     log = str(ctx.log_path)
     results = [Result(outcome=outcome, code=code, summary=summary,
-                      report=_report(spec, shown, cwd, finished) if not outcome.passed else "",
+                      report=_report(shown, cwd, finished) if not outcome.passed else "",
                       metrics=metrics, duration_s=finished.duration_s, log=log, **base)]
     for test in tests:
         v = _test_verdict(test, ctx.rules)
