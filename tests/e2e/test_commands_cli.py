@@ -188,3 +188,16 @@ def test_an_interrupted_run_leaves_no_command_running(tmp_path):
             proc.kill()
     assert proc.returncode == 130 and "interrupted" in out
     assert _with_marker(marker) == []
+
+
+def test_shards_of_command_cases_merge_into_one_report(tmp_path):
+    write_case_file(tmp_path / "cases", "s.yaml", 'name: s\ncommand: "exit {code}"\nmatrix: {code: [0, 1, 3, 2]}\n')
+    for k in (1, 2):
+        proc = run_harness("run", "cases", "--shard", f"{k}/2", "--json", f"shard-{k}.json", "--no-store",
+                           "--no-progress", cwd=tmp_path, timeout=120)
+        assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    proc = run_harness("report", "--merge", "shard-1.json", "shard-2.json", "--json", "all.json", cwd=tmp_path,
+                       timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    labels = sorted(r["label"] for r in json.loads((tmp_path / "all.json").read_text())["results"])
+    assert labels == ["FAILED", "FAILED", "FAILED", "PASS"]
