@@ -163,6 +163,7 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     tier: str = "ci"
     params: dict[str, Any] = field(default_factory=dict)   # every value the case was given, for reports
+    command: dict[str, Any] | None = None   # a command case's wire form (harness.commands); None: a kernel case
 
     # -- derived geometry --------------------------------------------------
     @property
@@ -203,6 +204,8 @@ class Case:
                              for name, tol in self.tolerance.items()}
         data["env"] = dict(self.env)
         data["params"] = copy.deepcopy(self.params)
+        if self.command is not None:
+            data["command"] = copy.deepcopy(self.command)
         return data
 
     @classmethod

@@ -26,6 +26,7 @@ class Outcome(str, enum.Enum):
     BUILD_ERROR = "BUILD_ERROR"
     HARNESS_ERROR = "HARNESS_ERROR"
     SKIPPED = "SKIPPED"
+    FAILED = "FAILED"              # a command case (or one of its tests) failed with no device or runtime signature
 
     @property
     def passed(self) -> bool:

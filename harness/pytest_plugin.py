@@ -101,12 +101,15 @@ class CaseItem(pytest.Item):
 
     def runtest(self) -> None:
         repeated = self.repeat is not None
-        result = _engine(self.config).run_one(self.case, self.repeat or 0, bitwise=repeated)
-        self.config.stash.setdefault(_RESULTS_KEY, []).append(result)
+        # a command case: its own result first, then one per test of its JUnit (each stored)
+        results = _engine(self.config).run_all(self.case, self.repeat or 0, bitwise=repeated)
+        result = results[0]
+        self.config.stash.setdefault(_RESULTS_KEY, []).extend(results)
         store, run_id = _store(self.config)
         if store is not None:
-            store.add_result(run_id, result, extra={"nodeid": self.nodeid,
-                                                    "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")})
+            for r in results:
+                store.add_result(run_id, r, extra={"nodeid": self.nodeid,
+                                                   "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")})
         for key in ("outcome", "code", "device", "log", "duration_s"):
             value = getattr(result, key)
             self.user_properties.append((key, getattr(value, "value", value)))

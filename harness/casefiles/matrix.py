@@ -225,6 +225,12 @@ def _case_id(name: str, parts: list[str]) -> str:
     return case_id.replace("/", "%2F").replace("::", ":%3A")
 
 
+def case_id_of(name: str, parts: list[str]) -> str:
+    """A case id as every case file builds it (command case files too): ``name[k=v,...]``, ``/`` and ``::``
+    escaped (``::`` separates a command case from the tests of its JUnit)."""
+    return _case_id(name, parts)
+
+
 # ---------------------------------------------------------------------------
 # Cases: resolve and check each expanded case as a whole
 # ---------------------------------------------------------------------------
@@ -406,6 +412,9 @@ def load_matrix(path: "str | os.PathLike[str]", max_cases: int = MAX_CASES) -> l
     root = load(text, shown, CaseFileError)
     if root is None:
         raise CaseFileError(shown, None, None, "", "empty case file (expected a mapping with at least `op`)")
+    from harness.commands.casefile import is_command_file, load_command_matrix   # command cases: their own loader
+    if is_command_file(root):
+        return load_command_matrix(root, shown, max_cases)
     spec = _read_spec(root, shown)
     cases = [_build_case(spec, draft) for draft in _expand(spec, max_cases)]
     _refuse_identical_cases(cases)

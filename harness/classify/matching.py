@@ -119,6 +119,21 @@ class Classification:
     cause: str | None = None                                    # the root cause's meaning, when the label names
                                                                 # another code: "AI Core execution fault"
 
+    def metrics(self) -> dict[str, Any]:
+        """What the classifier extracted, kept with the result's metrics (rendered by reports)."""
+        metrics: dict[str, Any] = {"rule": self.rule}
+        if self.secondary:
+            metrics["secondary"] = list(self.secondary)
+        if self.fields:
+            metrics["fields"] = dict(self.fields)
+        if self.hint:
+            metrics["hint"] = self.hint
+        if self.name:
+            metrics["fault_name"] = self.name
+        if self.cause:
+            metrics["cause"] = self.cause
+        return metrics
+
 
 # ---------------------------------------------------------------------------
 # The engine

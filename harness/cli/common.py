@@ -46,6 +46,14 @@ def load_cases(args, *, import_kernel: bool = True) -> list[Case]:
 
 
 def _with_kernel(args, cases: list[Case], import_kernel: bool) -> list[Case]:
+    commands = [c for c in cases if c.command is not None]    # command cases run no kernel: kept as they are
+    if commands:
+        kernel_cases = [c for c in cases if c.command is None]
+        if not kernel_cases:
+            raise UsageError(f"--kernel {args.kernel}: the selected cases are all command cases (no kernel to replace)")
+        chosen = {c.case_id: c for c in _with_kernel(args, kernel_cases, import_kernel)}
+        return [c if c.command is not None else chosen[c.case_id] for c in cases
+                if c.command is not None or c.case_id in chosen]
     ops = list(dict.fromkeys(c.op for c in cases))
     states = (options.kernel_states(args.kernel, ops, args.kernel_path) if import_kernel
               else options.registry_states(args.kernel, ops))

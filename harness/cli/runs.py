@@ -24,7 +24,10 @@ from harness.store import Store
 
 def cmd_list(args) -> int:
     for case in load_cases(args):
-        print(printable(f"{case.case_id}\t{case.op}\t{case.kernel}\t{case.tier}\t{case.source}"))
+        what = case.kernel if case.command is None else case.command["command"]   # a command case: its command
+        if isinstance(what, list):
+            what = " ".join(what)
+        print(printable(f"{case.case_id}\t{case.op}\t{what}\t{case.tier}\t{case.source}"))
     return EXIT_OK
 
 

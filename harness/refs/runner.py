@@ -126,7 +126,8 @@ class RefRunner:
 
     def options_for(self, ref: PreparedRef) -> RunOptions:
         worker = replace(self.base.worker, base_env={**self.base.worker.base_env, **ref.env},
-                         log_dir=self.base.worker.log_dir / safe_dir_name(f"{ref.name}-{ref.commit.short}"))
+                         log_dir=self.base.worker.log_dir / safe_dir_name(f"{ref.name}-{ref.commit.short}"),
+                         worktree=str(ref.worktree.path))
         return replace(self.base, worker=worker)
 
     def run(self, ref: PreparedRef, planned: list[Planned], *, kind: str, parent_id: str | None,

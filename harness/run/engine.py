@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from harness.case import Case
+from harness.commands.process import OUTPUT_CAP_BYTES, Sessions
+from harness.commands.runner import Context as CommandContext, run_case as run_command_case, scratch_name
 from harness.devices import Device, Memory, accelerator_memory, host_memory
 from harness.memory_plan import fit_problem, plan
 from harness.outcomes import Outcome, Result
@@ -64,8 +66,10 @@ class Engine:
         self._accelerators: dict[Device, Memory | None] | None = None
         self._accelerators_lock = threading.Lock()
         self._host: tuple[float, Memory | None] | None = None
+        self._commands = Sessions()          # command cases running now (harness.commands)
 
     def close(self) -> None:
+        self._commands.kill_all()            # an interrupted run leaves no command running
         for w in self.workers:
             w.close()
         self.goldens.close()
@@ -80,11 +84,17 @@ class Engine:
         self.close()
 
     def run_one(self, case: Case, repeat: int = 0, bitwise: bool = False) -> Result:
-        """Run a single case on the first device's worker, in the caller's thread (pytest items use this)."""
+        """Run a single case on the first device's worker, in the caller's thread (pytest items use this);
+        a command case's own result (its tests' results: ``run_all``)."""
+        return self.run_all(case, repeat, bitwise)[0]
+
+    def run_all(self, case: Case, repeat: int = 0, bitwise: bool = False) -> list[Result]:
+        """``run_one``, with every result: a command case's own, then one per test of its JUnit."""
         try:
-            return self._run_on(self.workers[0], Planned(0, case, repeat, bitwise))
+            got = self._run_on(self.workers[0], Planned(0, case, repeat, bitwise))
         except DeviceLost as exc:
-            return lost_result(case, repeat, self.workers[0].device, str(exc))
+            return [lost_result(case, repeat, self.workers[0].device, str(exc))]
+        return got if isinstance(got, list) else [got]
 
     def baseline_path(self, case: Case, device: Device) -> Path:
         """Where a fixed-seed hunt keeps the case's first buffers: per case, seed and device
@@ -116,6 +126,8 @@ class Engine:
                            self.options.worker.golden_device)
 
     def skip_reason(self, case: Case, device: Device) -> str | None:
+        if case.command is not None:        # no kernel, no golden: nothing to plan memory for
+            return tier_skip_reason(case, device, self.options.run_device_tier_on_cpu)
         return (tier_skip_reason(case, device, self.options.run_device_tier_on_cpu)
                 or self.memory_skip_reason(case, device))
 
@@ -125,23 +137,35 @@ class Engine:
         with waiting.mutex:
             following = waiting.queue[0] if waiting.queue else None
         for item in (p, following):
-            if item is not None and self.skip_reason(item.case, device) is None:
+            if item is not None and item.case.command is None and self.skip_reason(item.case, device) is None:
                 self.goldens.prefetch(item.case)
 
-    def _run_on(self, worker: DeviceWorker, p: Planned) -> Result:
+    def _run_on(self, worker: DeviceWorker, p: Planned) -> Result | list[Result]:
         case, repeat = p.case, p.repeat
         reason = self.skip_reason(case, worker.device)
         if reason:
             return Result(outcome=Outcome.SKIPPED, summary=reason, **case_fields(case, repeat, worker.device, None))
+        if case.command is not None:
+            return self._run_command(worker.device, p)
         log = self.options.worker.log_dir / log_name(case.case_id, repeat)
         baseline = self.baseline_path(case, worker.device) if p.bitwise else None
         return worker.run(case, log, repeat, baseline=baseline)
+
+    def _run_command(self, device: Device, p: Planned) -> list[Result]:
+        """A command case: run here, in the device's thread, never in the device worker (harness.commands)."""
+        w = self.options.worker
+        ctx = CommandContext(device=device, repeat=p.repeat, log_path=w.log_dir / log_name(p.case.case_id, p.repeat),
+                             scratch=w.log_dir / "commands" / scratch_name(p.case.case_id, p.repeat, device),
+                             base_env=w.base_env, worktree=w.worktree, rules=w.rules,
+                             cap_bytes=min(w.max_log_bytes, OUTPUT_CAP_BYTES), sessions=self._commands)
+        return run_command_case(p.case, ctx)
 
     def run(self, planned: Iterable[Planned],
             on_start: Callable[[Planned, DeviceWorker], None] | None = None,
             on_result: Callable[[Planned, Result], None] | None = None,
             should_run: Callable[[Planned], bool] | None = None) -> list[Result]:
-        """Run ``planned`` across the devices; results in planned order (those that ran).
+        """Run ``planned`` across the devices; results in planned order (those that ran; a command
+        case's own result, then its tests', each given to ``on_result``).
 
         ``on_result`` may return a replacement for the result (as it was recorded).
         ``should_run`` is asked (under the callback lock) as each item is taken: False
@@ -151,7 +175,7 @@ class Engine:
         items = list(planned)
         for p in items:
             todo.put(p)
-        results: dict[int, Result] = {}
+        results: dict[int, list[Result]] = {}
         stop = threading.Event()
         interrupted = threading.Event()     # what a case comes to once its worker is killed for it is not its result
         errors: list[BaseException] = []
@@ -171,20 +195,23 @@ class Engine:
                     if self.options.prefetch_goldens:
                         self._prefetch(p, todo, worker.device)
                     try:
-                        result = self._run_on(worker, p)
+                        got = self._run_on(worker, p)
                     except DeviceLost:
                         # the case did not run: it goes back for another device, and this device takes no more
                         todo.put(p)
                         return
                     if interrupted.is_set():
                         return
+                    batch = got if isinstance(got, list) else [got]
                     with self._lock:
-                        results[p.index] = result
-                        if on_result:   # may return the result as recorded (e.g. with its ref set)
-                            recorded = on_result(p, result)
-                            if isinstance(recorded, Result):
-                                results[p.index] = recorded
-                    if self.options.exitfirst and result.outcome.failed:
+                        kept = results[p.index] = []
+                        for result in batch:
+                            if on_result:   # may return the result as recorded (e.g. with its ref set)
+                                recorded = on_result(p, result)
+                                if isinstance(recorded, Result):
+                                    result = recorded
+                            kept.append(result)
+                    if self.options.exitfirst and batch[0].outcome.failed:
                         stop.set()
             except BaseException as exc:  # surfaced in the caller's thread
                 errors.append(exc)
@@ -218,12 +245,12 @@ class Engine:
             lost = [w for w in self.workers if w.lost]
             result = lost_result(p.case, p.repeat, lost[0].device, "; ".join(f"{w.device}: {w.lost}" for w in lost))
             with self._lock:
-                results[p.index] = result
                 if on_result:
                     recorded = on_result(p, result)
                     if isinstance(recorded, Result):
-                        results[p.index] = recorded
-        return [results[p.index] for p in items if p.index in results]
+                        result = recorded
+                results[p.index] = [result]
+        return [r for p in items if p.index in results for r in results[p.index]]
 
 
 def lost_result(case: Case, repeat: int, device: Device, why: str) -> Result:

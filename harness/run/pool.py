@@ -89,6 +89,7 @@ class WorkerOptions:
     device_logs: bool = False            # capture the runtime's log files on every device (always on npu)
     blocking_rerun: bool = True          # a DEVICE_FAULT / ORCH_ERROR on an accelerator is re-run launch-blocking
     base_env: dict[str, str] = field(default_factory=lambda: {**THREADING_ENV, **os.environ})
+    worktree: str | None = None          # the ref's worktree (compare, bisect): a command case's {worktree} and cwd
 
 
 def worker_env(options: WorkerOptions, case_env: dict[str, str], device: Device | None = None) -> dict[str, str]:
@@ -653,18 +654,7 @@ def _wait_for_quiet_log(log_path: Path, limit_s: float) -> None:
 
 def _fault_metrics(cls: Classification) -> dict:
     """What the classifier extracted, kept with the result (rendered by reports)."""
-    metrics: dict = {"rule": cls.rule}
-    if cls.secondary:
-        metrics["secondary"] = list(cls.secondary)
-    if cls.fields:
-        metrics["fields"] = dict(cls.fields)
-    if cls.hint:
-        metrics["hint"] = cls.hint
-    if cls.name:
-        metrics["fault_name"] = cls.name
-    if cls.cause:
-        metrics["cause"] = cls.cause
-    return metrics
+    return cls.metrics()
 
 
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
