@@ -7,12 +7,13 @@ registered by kind, so a new accelerator is one class, not an ``if`` chain.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from harness.errors import UsageError
 
@@ -134,6 +135,17 @@ class Backend:
     def memory(self, device: Device) -> Memory | None:
         return None
 
+    def events(self, device: Device):
+        """The torch module whose ``Event(enable_timing=True)`` times work on the device's current
+        stream (``torch.cuda``, ``torch.npu``), for latency samples; None: the host's clock around a
+        synchronize (harness/worker/timing.py)."""
+        return None
+
+    def cache_bytes(self, device: Device) -> int:
+        """Bytes written between samples to evict the device's caches (a cold sample): above the
+        largest last-level cache of the devices we run on (H200 L2 50 MB, Ascend 910B L2 192 MB)."""
+        return 256 << 20
+
 
 class CpuBackend(Backend):
     kind = "cpu"
@@ -143,6 +155,9 @@ class CpuBackend(Backend):
 
     def memory(self, device: Device) -> Memory | None:
         return host_memory()
+
+    def cache_bytes(self, device: Device) -> int:
+        return 64 << 20         # above the last-level cache of the hosts we run on
 
     def describe(self, device: Device) -> dict[str, str]:
         import platform
@@ -163,6 +178,10 @@ class CudaBackend(Backend):
     def synchronize(self, device: Device) -> None:
         import torch
         torch.cuda.synchronize(device.index)
+
+    def events(self, device: Device):
+        import torch
+        return torch.cuda
 
     def memory(self, device: Device) -> Memory | None:
         import torch
@@ -207,6 +226,11 @@ class NpuBackend(Backend):
         import torch
         torch.npu.synchronize(device.index)
 
+    def events(self, device: Device):
+        import torch
+        import torch_npu  # noqa: F401  (registers torch.npu)
+        return torch.npu
+
     def memory(self, device: Device) -> Memory | None:
         import torch
         import torch_npu  # noqa: F401  (registers torch.npu)
@@ -224,6 +248,31 @@ class NpuBackend(Backend):
             "torch_npu": getattr(torch_npu, "__version__", "unknown"),
             "cann": cann_version() or "unknown",
         }
+
+
+# Peak memory bandwidth by device name (a substring of ``describe()["device_name"]``, first match;
+# more specific names first), bytes/s: the vendors' datasheet figures.  ``$HARNESS_PEAK_GBPS``
+# overrides it (GB/s) for any device, e.g. one not in the table (an Ascend NPU: set it).
+PEAK_BYTES_PER_S: tuple[tuple[str, float], ...] = (
+    ("H200", 4.8e12),
+    ("H100 PCIe", 2.0e12),
+    ("H100", 3.35e12),          # SXM
+    ("A100-SXM4-80GB", 2.039e12),
+    ("A100 80GB PCIe", 1.935e12),
+    ("A100", 1.555e12),         # 40 GB
+    ("L40S", 0.864e12),
+)
+PEAK_ENV = "HARNESS_PEAK_GBPS"
+
+
+def peak_bytes_per_s(device_name: str, environ: Mapping[str, str] = os.environ) -> tuple[float, str] | None:
+    """(peak bytes/s, where the figure came from) for ``device_name``; None when unknown."""
+    if environ.get(PEAK_ENV):
+        return float(environ[PEAK_ENV]) * 1e9, f"${PEAK_ENV}"
+    for needle, peak in PEAK_BYTES_PER_S:
+        if needle.lower() in device_name.lower():
+            return peak, f"table: {needle}"
+    return None
 
 
 BACKENDS: dict[str, Callable[[], Backend]] = {"cpu": CpuBackend, "cuda": CudaBackend, "npu": NpuBackend}
