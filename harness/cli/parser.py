@@ -86,6 +86,49 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
     _add_outputs(p)
 
 
+def _add_latency(p: argparse.ArgumentParser, *, across: bool = False) -> None:
+    """Timing each case after its checks pass (docs/latency.md); ``across``: refs compared by latency."""
+    p.add_argument("--latency", action="store_true",
+                   help="time every case whose checks pass (median, 95%% CI, noise; GB/s) and store it with "
+                        "its result; a case file's latency: block sets its own settings")
+    p.add_argument("--latency-target", type=percent("--latency-target"), default=None, metavar="PCT",
+                   help="sample until the median's 95%% CI half-width is under PCT of it (default 2%%)")
+    p.add_argument("--latency-budget", type=positive_float("--latency-budget"), default=None, metavar="S",
+                   help="at most S seconds of samples per case (default 1; then the noise reached is reported)")
+    p.add_argument("--latency-cold", choices=("auto", "on", "off"), default=None,
+                   help="flush the caches before each sample (auto: on for accelerators, off on cpu)")
+    if across:
+        p.add_argument("--latency-threshold", type=percent("--latency-threshold"), default=None, metavar="PCT",
+                       help="a ratio beyond 1 +/- PCT (its whole 95%% CI) is SLOWER/FASTER (default 5%%)")
+        p.add_argument("--latency-rounds", type=positive_int("--latency-rounds", 1000), default=None, metavar="N",
+                       help="rounds of A, B, A, B... per case (default 6)")
+
+
+def percent(flag: str):
+    """``5%`` or ``0.05``, above 0% and below 100%."""
+    def parse(text: str) -> float:
+        from harness.latency.statistics import check_threshold, parse_percent
+        try:
+            return check_threshold(parse_percent(text), flag)
+        except ValueError as exc:
+            said = str(exc)
+            raise argparse.ArgumentTypeError(said.removeprefix(f"{flag}: ") if said.startswith(flag)
+                                             else f"not a percentage: {text!r}") from None
+    return parse
+
+
+def positive_float(flag: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag}: not a number: {text!r}") from None
+        if not (v > 0 and v < float("inf")):
+            raise argparse.ArgumentTypeError(f"{flag}: must be above 0, got {text}")
+        return v
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="harness", description="Correctness harness for fused LLM kernels.")
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
@@ -101,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_run = sub.add_parser("run", parents=[common], help="run cases on a device")
     _add_selection(p_run)
     _add_execution(p_run)
+    _add_latency(p_run)
     p_run.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first failure")
     p_run.add_argument("--shard", type=shard, default=None, metavar="I/N",
                        help="run only shard I of N (1-based; deterministic: every host computes the same split)")
@@ -149,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="compare two stored hunts (run ids, or --json files): failure-rate change per "
                               "case with a Fisher exact test; runs nothing")
     _add_refs(p_flake)
+    _add_latency(p_flake)
     p_flake.add_argument("--ref", default=None, metavar="NAME=REV",
                          help="hunt on this commit of --repo (checked out, built and given its --env as compare "
                               "does) instead of the kernels on the current PYTHONPATH")
@@ -161,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection(p_cmp)
     _add_execution(p_cmp)
     _add_refs(p_cmp)
+    _add_latency(p_cmp, across=True)
     p_cmp.add_argument("--ref", dest="refs", action="append", default=[], metavar="NAME=REV",
                        help="a ref to run (sha, branch, tag, remote ref of a fork); repeat; the first is the "
                             "baseline, the last the candidate")

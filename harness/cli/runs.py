@@ -12,6 +12,7 @@ from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.formats import printable
 from harness.outcomes import Outcome
+from harness.reports.latency_text import latency_lines
 from harness.reports.terminal import Reporter
 from harness.run.engine import Planned
 from harness.run.options import ResumeOptions
@@ -62,6 +63,8 @@ def _run(args, store: Store) -> int:
             addendum=lambda rec: Addendum(document={"shard": shard} if shard else {}))
     summary = recorded.summary
     reporter.final(recorded.results, summary)
+    for line in latency_lines(recorded.results):      # --latency, or a case file's latency: block
+        reporter.note(line)
     for warning in recorded.warnings:
         reporter.note(f"warning: {warning}")
     note_outputs(reporter, args, recorded.run_id, store)
