@@ -157,6 +157,7 @@ class LatencySpec:
     restore: bool = False          # writable buffers back to their pre-launch bytes before each sample
     min_samples: int = 10
     max_samples: int = 5000
+    clock: str = "auto"            # host: "cpu" (the process's CPU time, auto) or "wall"; accelerators: events
 
     def to_wire(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -1,7 +1,7 @@
 """A case file's ``latency:`` block: its cases are timed after their checks pass, with these settings
 (docs/latency.md; ``--latency`` times every case, with the block's settings where a file gives one).
 
-    latency: {target: 0.02, budget_s: 1.0, warmup_s: 0.1, cold: true, restore: false}
+    latency: {target: 0.02, budget_s: 1.0, warmup_s: 0.1, cold: true, restore: false, clock: cpu}
 
 ``latency: true`` takes the defaults.  Every field is checked here, with its file and line.
 """
@@ -15,6 +15,7 @@ from harness.casefiles.located import Node
 from harness.casefiles.values import CaseFileError, check_keys
 
 FIELDS = tuple(f.name for f in fields(LatencySpec))
+CLOCKS = ("auto", "cpu", "wall")
 _BOUNDS = {"target": (0.0, 1.0), "budget_s": (0.0, 3600.0), "warmup_s": (-1e-300, 600.0)}
 
 
@@ -54,6 +55,10 @@ def parse_latency(n: Node) -> LatencySpec | None:
             given[key] = _number(key, child)
         elif key in ("min_samples", "max_samples"):
             given[key] = _count(key, child)
+        elif key == "clock":
+            if child.kind != "scalar" or child.value not in CLOCKS:
+                raise CaseFileError.at(child.where, f"latency.clock: one of {', '.join(CLOCKS)}, got {child.describe()}")
+            given[key] = child.value
         else:
             given[key] = _flag(key, child)
     spec = LatencySpec(**given)

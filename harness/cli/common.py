@@ -51,7 +51,8 @@ def with_latency(args, cases: list[Case]) -> list[Case]:
     flags, given = {}, []
     for flag, attr, key, convert in (("--latency-target", "latency_target", "target", None),
                                      ("--latency-budget", "latency_budget", "budget_s", None),
-                                     ("--latency-cold", "latency_cold", "cold", {"on": True, "off": False, "auto": None})):
+                                     ("--latency-cold", "latency_cold", "cold", {"on": True, "off": False, "auto": None}),
+                                     ("--latency-clock", "latency_clock", "clock", None)):
         value = getattr(args, attr, None)
         if value is not None:
             flags[key] = convert[value] if convert else value

@@ -97,11 +97,15 @@ def _add_latency(p: argparse.ArgumentParser, *, across: bool = False) -> None:
                    help="at most S seconds of samples per case (default 1; then the noise reached is reported)")
     p.add_argument("--latency-cold", choices=("auto", "on", "off"), default=None,
                    help="flush the caches before each sample (auto: on for accelerators, off on cpu)")
+    p.add_argument("--latency-clock", choices=("auto", "cpu", "wall"), default=None,
+                   help="on the host: the process's CPU time (auto, cpu: another tenant's load is not counted) "
+                        "or the wall clock (perf_counter_ns); accelerators use device events")
     if across:
         p.add_argument("--latency-threshold", type=percent("--latency-threshold"), default=None, metavar="PCT",
                        help="a ratio beyond 1 +/- PCT (its whole 95%% CI) is SLOWER/FASTER (default 5%%)")
         p.add_argument("--latency-rounds", type=positive_int("--latency-rounds", 1000), default=None, metavar="N",
-                       help="rounds of A, B, A, B... per case (default 6)")
+                       help="at most N rounds of A, B, B, A... per case: 6, then more while a case is UNSURE "
+                            "(default 24)")
 
 
 def percent(flag: str):

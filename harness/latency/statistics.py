@@ -130,6 +130,12 @@ class Comparison:
                 "ci_high": self.ci_high, "verdict": self.verdict.value, "threshold": self.threshold,
                 "rounds": self.rounds, "samples": list(self.samples), "why": self.why}
 
+    @classmethod
+    def from_json(cls, data: dict) -> "Comparison":
+        return cls(data["baseline"], data["candidate"], data["baseline_median_s"], data["candidate_median_s"],
+                   data["ratio"], data["ci_low"], data["ci_high"], Verdict(data["verdict"]), data["threshold"],
+                   data["rounds"], tuple(data["samples"]), data.get("why", ""))
+
     def describe(self) -> str:
         """``upstream 412 µs -> fix 361 µs (0.88x, 95% CI 0.86-0.90): FASTER``."""
         text = (f"{self.baseline} {us(self.baseline_s)} -> {self.candidate} {us(self.candidate_s)} "

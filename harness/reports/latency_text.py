@@ -31,17 +31,17 @@ def latency_lines(results: list[Result]) -> list[str]:
     return [line for line in map(case_line, results) if line]
 
 
-def markdown_table(rows: list[dict]) -> str:
+def markdown_table(rows: list[dict], escape=lambda text: text) -> str:
     """The PR table: per case and ref pair, µs on each side, the ratio, its 95% CI and the verdict.
     ``rows``: ``{"case_id", "latency_verdict": Comparison.to_json()}`` (or with ``error``)."""
     out = ["| case | baseline | candidate | ratio | 95% CI | verdict |", "|---|---:|---:|---:|---|---|"]
     for row in rows:
         v = row["latency_verdict"]
         if "error" in v:
-            out.append(f"| `{row['case_id']}` | | | | | {v['error']} |")
+            out.append(f"| {escape(row['case_id'])} | | | | | {escape(v['error'])} |")
             continue
-        why = f" ({v['why']})" if v.get("why") else ""
-        out.append(f"| `{row['case_id']}` | {v['baseline']}: {us(v['baseline_median_s'])} | "
-                   f"{v['candidate']}: {us(v['candidate_median_s'])} | {v['ratio']:.3f}x | "
+        why = escape(f" ({v['why']})") if v.get("why") else ""
+        out.append(f"| {escape(row['case_id'])} | {escape(v['baseline'])}: {us(v['baseline_median_s'])} | "
+                   f"{escape(v['candidate'])}: {us(v['candidate_median_s'])} | {v['ratio']:.3f}x | "
                    f"{v['ci_low']:.3f}-{v['ci_high']:.3f} | **{v['verdict']}**{why} |")
     return "\n".join(out) + "\n"

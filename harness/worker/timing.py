@@ -6,7 +6,8 @@ median's 95% interval (order statistics, ``harness.stats.median_ci``) is within 
 the median, or ``budget_s`` of sampling has passed, or ``max_samples`` were taken; the relative
 half-width reached is reported as the noise either way.
 
-One sample is one call: on the host, ``perf_counter_ns`` around the call and a synchronize; on
+One sample is one call: on the host, the process's CPU time (``process_time_ns``; ``clock: wall``:
+``perf_counter_ns``) around the call and a synchronize; on
 an accelerator, a pair of the backend's events recorded on the current stream around the call
 (``Backend.events``: ``torch.cuda``/``torch.npu``), read after the end event completes, so the
 host's launch overhead between samples is not counted.  Cold samples write ``cache_bytes``
@@ -46,6 +47,21 @@ class HostTimer:
     def stop(self) -> float:
         self.synchronize()
         return (time.perf_counter_ns() - self._t0) * 1e-9
+
+
+class CpuTimer(HostTimer):
+    """The process's CPU time (every thread's) around the call: on a shared host, time the process
+    spent descheduled is not counted, so another tenant's load does not pass for the kernel's."""
+
+    method = "process_time_ns"
+
+    def start(self) -> None:
+        self.synchronize()
+        self._t0 = time.process_time_ns()
+
+    def stop(self) -> float:
+        self.synchronize()
+        return (time.process_time_ns() - self._t0) * 1e-9
 
 
 class EventTimer:
@@ -134,9 +150,13 @@ def not_measured(why: str) -> dict:
     return {"measured": False, "why": why}
 
 
-def timer_for(backend, device, synchronize: Callable[[], None]):
+def timer_for(backend, device, synchronize: Callable[[], None], clock: str = "auto"):
+    """Device events where the backend has them; on the host the process's CPU time (``auto``,
+    ``cpu``) or ``perf_counter_ns`` (``wall``)."""
     events = backend.events(device)
-    return HostTimer(synchronize) if events is None else EventTimer(events, device.kind)
+    if events is not None:
+        return EventTimer(events, device.kind)
+    return HostTimer(synchronize) if clock == "wall" else CpuTimer(synchronize)
 
 
 def measure(case, ci, launched, kernel, torch_device, device, backend, device_name: str = "") -> dict:
@@ -157,8 +177,8 @@ def measure(case, ci, launched, kernel, torch_device, device, backend, device_na
         scratch = torch.empty(backend.cache_bytes(device), dtype=torch.uint8, device=torch_device)
         flush = scratch.zero_
     restore = (lambda: launched.buffers.restore(ci)) if spec.restore else None
-    timing = time_kernel(lambda: kernel(**kwargs), timer_for(backend, device, lambda: backend.synchronize(device)),
-                         spec, flush=flush, restore=restore)
+    timer = timer_for(backend, device, lambda: backend.synchronize(device), spec.clock)
+    timing = time_kernel(lambda: kernel(**kwargs), timer, spec, flush=flush, restore=restore)
     backend.synchronize(device)
     moved = work(ci)
     out = timing.to_metrics()
