@@ -86,11 +86,15 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
     _add_outputs(p)
 
 
-def _add_latency(p: argparse.ArgumentParser, *, across: bool = False) -> None:
-    """Timing each case after its checks pass (docs/latency.md); ``across``: refs compared by latency."""
-    p.add_argument("--latency", action="store_true",
-                   help="time every case whose checks pass (median, 95%% CI, noise; GB/s) and store it with "
-                        "its result; a case file's latency: block sets its own settings")
+def _add_latency(p: argparse.ArgumentParser, *, across: bool = False, switch: bool = True) -> None:
+    """Timing each case after its checks pass (docs/latency.md); ``across``: refs compared by latency;
+    ``switch``: a ``--latency`` flag (bisect's ``--slower-than`` implies it)."""
+    if not switch:
+        p.set_defaults(latency=False)
+    else:
+        p.add_argument("--latency", action="store_true",
+                       help="time every case whose checks pass (median, 95%% CI, noise; GB/s) and store it with "
+                            "its result; a case file's latency: block sets its own settings")
     p.add_argument("--latency-target", type=percent("--latency-target"), default=None, metavar="PCT",
                    help="sample until the median's 95%% CI half-width is under PCT of it (default 2%%)")
     p.add_argument("--latency-budget", type=positive_float("--latency-budget"), default=None, metavar="S",
@@ -106,6 +110,15 @@ def _add_latency(p: argparse.ArgumentParser, *, across: bool = False) -> None:
         p.add_argument("--latency-rounds", type=positive_int("--latency-rounds", 1000), default=None, metavar="N",
                        help="at most N rounds of A, B, B, A... per case: 6, then more while a case is UNSURE "
                             "(default 24)")
+
+
+def _add_slower_than(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--slower-than", type=percent("--slower-than"), default=None, metavar="PCT",
+                   help="look for the first commit whose kernel is slower than the good commit's by more than "
+                        "PCT (latency in rounds against good, in this session; docs/latency.md)")
+    p.add_argument("--latency-rounds", type=positive_int("--latency-rounds", 1000), default=None, metavar="N",
+                   help="with --slower-than: at most N rounds per step, 6 then more while UNSURE (default 24)")
+    _add_latency(p, switch=False)
 
 
 def percent(flag: str):
@@ -243,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="give up (NOT_REPRODUCED) after N clean runs at the bad commit (default 50)")
     p_bis.add_argument("--resume", default=None, metavar="BISECT_ID",
                        help="continue a stored bisect (its cases, refs and options come from the store)")
+    _add_slower_than(p_bis)
 
     p_brun = sub.add_parser("bisect-run", parents=[common],
                             help="for `git bisect run`: exit 0 good, 1 bad, 125 skip, nothing else")
@@ -255,6 +269,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_brun.add_argument("--build", default=None, metavar="CMD", help="run first in the current directory; "
                         "a failing build is a skip (125)")
     p_brun.add_argument("--build-timeout", type=float, default=1800.0, metavar="S")
+    _add_slower_than(p_brun)
+    p_brun.add_argument("--good", default=None, metavar="REV",
+                        help="with --slower-than: the good commit the checkout is measured against")
+    p_brun.add_argument("--env", dest="env_templates", action="append", default=None, metavar="KEY=TEMPLATE",
+                        help="with --slower-than: each commit's environment, as compare's --env")
+    p_brun.add_argument("--worktree-cache", default=None, metavar="DIR",
+                        help="with --slower-than: where the good commit and the checkout are checked out")
 
     p_ops = sub.add_parser("ops", parents=[common],
                            help="each op's kernel arguments: role, shape, dtype, layout, what it may write and return")

@@ -173,9 +173,10 @@ class ComparePlan:
                    seeds=data["seeds"], hunt_seed=int(data["hunt_seed"]), latency=data.get("latency"))
 
 
-def start(store: Store, plan: ComparePlan, commits: list[tuple[str, Commit]], *, command: list[str]) -> str:
-    """Record the parent run of a new compare, with its plan; its id."""
-    return store.start_run(command=command, devices=list(plan.devices), kind="compare",
+def start(store: Store, plan: ComparePlan, commits: list[tuple[str, Commit]], *, command: list[str],
+          parent_id: str | None = None) -> str:
+    """Record the parent run of a new compare, with its plan; its id (``parent_id``: a latency bisect's step)."""
+    return store.start_run(command=command, devices=list(plan.devices), kind="compare", parent_id=parent_id,
                            extra={"refs": [{"name": n, "sha": c.sha, "subject": c.subject} for n, c in commits],
                                   "repeat": plan.repeat, "cases": [c.case_id for c in plan.cases],
                                   "seeds": plan.seeds, "hunt_seed": plan.hunt_seed, "plan": plan.to_dict()})
