@@ -16,9 +16,9 @@ from helpers import ROOT, run_harness
 def test_bisect_slower_than_names_the_commit_that_made_the_kernel_slower(tmp_path, golden_cache_dir):
     shas = make_latency_repo(tmp_path / "repo", n_commits=5, slow_from=3, work=30_000, slow_factor=2.0)
     case = tmp_path / "case.yaml"
-    case.write_text(latency_case_yaml(budget_s=0.1))
+    case.write_text(latency_case_yaml(budget_s=0.08))
     proc = run_harness("bisect", str(case), "--repo", str(tmp_path / "repo"), "--good", shas[0], "--bad", shas[4],
-                       "--slower-than", "10%", "--latency-rounds", "10", "--worktree-cache", str(tmp_path / "wt"),
+                       "--slower-than", "10%", "--latency-rounds", "8", "--worktree-cache", str(tmp_path / "wt"),
                        "--golden-cache", str(golden_cache_dir), "--store", str(tmp_path / "r.sqlite"),
                        "--log-dir", str(tmp_path / "logs"), "--json", str(tmp_path / "b.json"), "--no-progress",
                        cwd=tmp_path)
@@ -39,10 +39,10 @@ def test_bisect_slower_than_names_the_commit_that_made_the_kernel_slower(tmp_pat
 def test_bisect_run_slower_than_judges_the_checkout_against_good(tmp_path, golden_cache_dir):
     shas = make_latency_repo(tmp_path / "repo", n_commits=3, slow_from=2, work=30_000, slow_factor=2.0)
     repo = tmp_path / "repo"
-    (tmp_path / "case.yaml").write_text(latency_case_yaml(budget_s=0.1))
+    (tmp_path / "case.yaml").write_text(latency_case_yaml(budget_s=0.08))
     git(repo, "checkout", "--quiet", shas[2])
     proc = run_harness("bisect-run", str(tmp_path / "case.yaml"), "--slower-than", "10%", "--good", shas[0],
-                       "--latency-rounds", "10", "--worktree-cache", str(tmp_path / "wt"),
+                       "--latency-rounds", "8", "--worktree-cache", str(tmp_path / "wt"),
                        "--golden-cache", str(golden_cache_dir), "--store", str(tmp_path / "r.sqlite"),
                        "--log-dir", str(tmp_path / "logs"), "--no-progress", cwd=repo)
     assert proc.returncode in (1, 125), proc.stdout + proc.stderr      # slow, or unsure: never "good"
