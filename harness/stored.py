@@ -120,4 +120,5 @@ def _summed(head: dict, steps: list[dict]) -> dict:
         devices += [d for d in step["devices"] if d not in devices]
     return {**head, "devices": devices, "total": sum(s["total"] for s in steps),
             "passed": sum(s["passed"] for s in steps), "failed": sum(s["failed"] for s in steps),
-            "counts": dict(sorted(counts.items())), "outcomes": dict(sorted(outcomes.items()))}
+            "counts": dict(sorted(counts.items())), "outcomes": dict(sorted(outcomes.items())),
+            "latency_s": []}     # a session's refs and commits differ: each step shows its own

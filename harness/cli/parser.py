@@ -162,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection(p_run)
     _add_execution(p_run)
     _add_latency(p_run)
+    p_run.add_argument("--latency-baseline", default=None, metavar="RUN_ID",
+                       help="with --latency: compare each case's latency with stored run RUN_ID's (SLOWER: exit 1; "
+                            "not interleaved, so the two runs' conditions may differ: compare --latency is the fair test)")
+    p_run.add_argument("--latency-threshold", type=percent("--latency-threshold"), default=None, metavar="PCT",
+                       help="with --latency-baseline: a ratio beyond 1 +/- PCT (its whole 95%% CI) is SLOWER/FASTER "
+                            "(default 5%%)")
     p_run.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first failure")
     p_run.add_argument("--shard", type=shard, default=None, metavar="I/N",
                        help="run only shard I of N (1-based; deterministic: every host computes the same split)")
