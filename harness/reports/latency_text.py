@@ -11,7 +11,7 @@ def case_line(r: Result) -> str | None:
     lat = r.metrics.get("latency")
     if not lat:
         return None
-    where = f"{r.case_id}" + (f" @{r.ref}" if r.ref else "")
+    where = f"{r.case_id}" + (f" @{r.ref}" if r.ref else "") + (f" (run {r.repeat})" if r.repeat else "")
     if not lat.get("measured"):
         return printable(f"{where}: latency not measured: {lat.get('why', '')}")
     extra = [f"±{100 * lat['rel_noise']:.1f}%", f"{lat['samples']} samples"]
