@@ -51,6 +51,8 @@ def cmd_compare(args) -> int:
                                     ("--latency-rounds", args.latency_rounds)) if v is not None]
             if given:
                 raise UsageError(f"{given[0]} needs --latency")
+        elif args.seeds == "fresh":
+            raise UsageError("--seeds fresh does not apply to --latency (each round times the same inputs on every ref)")
         elif args.repeat is not None and args.latency_rounds is not None:
             raise UsageError("--repeat and --latency-rounds say the same thing for a latency compare: give one")
     with open_store(args) as store:

@@ -70,3 +70,9 @@ def test_latency_flags_need_latency(tmp_path, repo, golden_cache_dir):
     proc = run_harness("compare", "x.yaml", "--repo", str(path), "--ref", f"a={shas[0]}", "--latency-threshold", "5%",
                        cwd=tmp_path)
     assert proc.returncode == 2 and "--latency-threshold needs --latency" in proc.stderr
+
+
+def test_latency_refuses_fresh_seeds(tmp_path, repo, golden_cache_dir):
+    _, shas = repo
+    proc = _compare(tmp_path, repo, golden_cache_dir, f"a={shas[0]}", f"b={shas[1]}", extra=("--seeds", "fresh"))
+    assert proc.returncode == 2 and "--seeds fresh does not apply to --latency" in proc.stderr
