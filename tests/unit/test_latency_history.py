@@ -56,3 +56,12 @@ def test_a_failing_or_untimed_side_gets_no_verdict_and_says_why():
     results += [Result(case_id="c", outcome=Outcome.MISMATCH, ref="pr", repeat=r) for r in range(6)]
     (row,) = latency_rows(results, ["up", "pr"])
     assert row["latency_verdict"] == {"error": "no verdict: pr: MISMATCH, not timed"}
+
+
+def test_a_ref_whose_build_failed_gets_a_row_and_the_others_their_verdict():
+    results = [_timed("c", 1e-3, ref="up", repeat=r, seed=r) for r in range(6)]
+    results += [_timed("c", 1e-3, ref="twin", repeat=r, seed=r + 10) for r in range(6)]
+    results += [Result(case_id="c", outcome=Outcome.BUILD_ERROR, ref="broken", repeat=r) for r in range(6)]
+    rows = {row["candidate"]: row["latency_verdict"] for row in latency_rows(results, ["up", "broken", "twin"])}
+    assert rows["broken"] == {"error": "no verdict: broken: BUILD_ERROR, not timed"}
+    assert rows["twin"]["verdict"] in ("SAME", "UNSURE")
