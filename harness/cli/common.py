@@ -59,7 +59,8 @@ def with_latency(args, cases: list[Case]) -> list[Case]:
             given.append(flag)
     if not getattr(args, "latency", False):
         if given:
-            raise UsageError(f"{given[0]} needs --latency")
+            switch = "--slower-than" if hasattr(args, "slower_than") else "--latency"
+            raise UsageError(f"{given[0]} needs {switch}")
         return cases
     return [c.with_latency(dataclasses.replace(c.latency or LatencySpec(), **flags)) for c in cases]
 
