@@ -48,7 +48,7 @@ def cmd_slower_bisect(args) -> int:
     with open_store(args) as store, session_golden_cache(args) as golden_cache:
         options = engine_options(args, [parse_device(d) for d in how.devices], golden_cache=golden_cache,
                                  kernel_paths=how.options.kernel_paths)
-        parent = store.start_run(command=sys.argv, devices=list(how.devices), kind="bisect",
+        parent = store.start_run(command=sys.argv, devices=list(how.devices), kind="latency-bisect",
                                  extra={"slower_than": how.threshold, "good": good.sha, "bad": bad.sha,
                                         "cases": [c.case_id for c in how.cases]})
         print(f"bisect {parent}: {len(commits)} commits after {good.short} up to {bad.short}; slower than good "
@@ -64,7 +64,7 @@ def cmd_slower_bisect(args) -> int:
     for line in slow.conclusion_lines(state):
         print(printable(line))
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps({"kind": "bisect", "run_id": parent,
+        Path(args.json_path).write_text(json.dumps({"kind": "latency-bisect", "run_id": parent,
                                                     "slower_than": state.to_json()}, indent=2))
         print(f"wrote {args.json_path}")
     return EXIT_OK if state.first_slow is not None else EXIT_FAILED

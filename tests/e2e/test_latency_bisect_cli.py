@@ -34,6 +34,14 @@ def test_bisect_slower_than_names_the_commit_that_made_the_kernel_slower(tmp_pat
     else:                                                       # skips left a range: it holds the culprit
         assert shas[3] in doc["candidates"] and "We cannot bisect more!" in out, out
     assert "step: " in out and "rounds) SLOWER" in out          # the per-step figures are in the log
+    # stored: the report and the history read it back
+    run_id = json.loads((tmp_path / "b.json").read_text())["run_id"]
+    report = run_harness("report", run_id, "--store", str(tmp_path / "r.sqlite"), "--json", "again.json", cwd=tmp_path)
+    assert report.returncode in (0, 1), report.stdout + report.stderr
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["kind"] == "latency-bisect" and again["slower_than"]["steps"] == doc["steps"]
+    history = run_harness("history", "lpkg", "--store", str(tmp_path / "r.sqlite"), cwd=tmp_path)
+    assert history.returncode == 0 and " µs" in history.stdout, history.stdout + history.stderr
 
 
 def test_bisect_run_slower_than_judges_the_checkout_against_good(tmp_path, golden_cache_dir):

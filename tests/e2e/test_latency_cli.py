@@ -54,6 +54,11 @@ def test_identical_refs_are_same_and_a_slower_kernel_is_slower(tmp_path, repo, g
     assert "| case | baseline | candidate | ratio | 95% CI | verdict |" in md
     assert "**SLOWER**" in md and "pr: " in md and " µs |" in md
     assert "upstream -> pr" not in out and "-> pr " in out and ": SLOWER" in out
+    # the stored compare renders the same verdicts again
+    again = run_harness("report", doc["run_id"], "--store", str(tmp_path / "r.sqlite"), "--markdown", "again.md",
+                        cwd=tmp_path)
+    assert again.returncode in (0, 1), again.stdout + again.stderr
+    assert "### Latency" in (tmp_path / "again.md").read_text() and "**SLOWER**" in (tmp_path / "again.md").read_text()
 
 
 @pytest.mark.parametrize("bad", ["0", "0%", "100%", "-5%"])
