@@ -7,10 +7,9 @@ culprit: the test accepts the range, and refuses any other commit named as the f
 from __future__ import annotations
 
 import json
-import subprocess
 
 from gitrepo import git, latency_case_yaml, make_latency_repo
-from helpers import ROOT, run_harness
+from helpers import run_harness
 
 
 def test_bisect_slower_than_names_the_commit_that_made_the_kernel_slower(tmp_path, golden_cache_dir):
