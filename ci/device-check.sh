@@ -53,4 +53,8 @@ for r in json.load(open(sys.argv[1]))["results"]:
     print(r["case_id"], r["outcome"], " ".join(f"{k} {t[k]:.2f}" for k in ("inputs_s", "golden_s", "launch_s", "check_s") if k in t),
           "digest", r.get("metrics", {}).get("inputs_digest"))' "$OUT/qwen3-layers.json"
 py run cases/device/qwen3-14b-prefill.yaml -k "batch=1 and chunk_size=512" --json "$OUT/qwen3-prefill.json" | brief
+# latency (docs/latency.md): the qwen3-14b decode cases timed after their checks pass (device
+# events, cold L2), each case's median and achieved GB/s against the device's HBM peak
+py run cases/device/qwen3-14b-decode.yaml --latency --latency-budget 2 --json "$OUT/qwen3-latency.json" | brief
+python3 ci/latency_figures.py "$OUT/qwen3-latency.json"
 echo "total $(( $(date +%s) - start )) s"

@@ -145,6 +145,25 @@ _TOLERANCE_FIELDS = tuple(Tolerance.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
+class LatencySpec:
+    """How a case is timed after its checks pass (``--latency``, a case file's ``latency:`` block;
+    docs/latency.md).  Sampling stops when the median's 95% interval is within ``target`` of it
+    (relative half-width) or after ``budget_s`` of samples, whichever comes first."""
+
+    target: float = 0.02
+    budget_s: float = 1.0
+    warmup_s: float = 0.1
+    cold: bool | None = None       # flush the caches before each sample; None: on for accelerators
+    restore: bool = False          # writable buffers back to their pre-launch bytes before each sample
+    min_samples: int = 10
+    max_samples: int = 5000
+    clock: str = "auto"            # host: "cpu" (the process's CPU time, auto) or "wall"; accelerators: events
+
+    def to_wire(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
 class Case:
     case_id: str
     matrix: str                     # the matrix name (file stem unless `name:` is given)
@@ -164,6 +183,8 @@ class Case:
     tier: str = "ci"
     params: dict[str, Any] = field(default_factory=dict)   # every value the case was given, for reports
     command: dict[str, Any] | None = None   # a command case's wire form (harness.commands); None: a kernel case
+
+    latency: LatencySpec | None = None                      # timed after its checks pass (docs/latency.md)
 
     # -- derived geometry --------------------------------------------------
     @property
@@ -206,6 +227,7 @@ class Case:
         data["params"] = copy.deepcopy(self.params)
         if self.command is not None:
             data["command"] = copy.deepcopy(self.command)
+        data["latency"] = self.latency.to_wire() if self.latency else None
         return data
 
     @classmethod
@@ -215,7 +237,11 @@ class Case:
         data["seq_lens"] = SeqLens(data["seq_lens"]["kind"], tuple(data["seq_lens"]["values"]))
         data["slot_mode"] = SlotMode(data["slot_mode"]["kind"], data["slot_mode"]["value"])
         data["tolerance"] = {k: Tolerance(**v) for k, v in data["tolerance"].items()}
+        data["latency"] = LatencySpec(**data["latency"]) if data.get("latency") else None
         return cls(**data)
 
     def with_seed(self, seed: int) -> "Case":
         return replace(self, seed=seed)
+
+    def with_latency(self, spec: LatencySpec | None) -> "Case":
+        return replace(self, latency=spec)

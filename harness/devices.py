@@ -13,7 +13,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from harness.errors import UsageError
 
@@ -182,6 +182,17 @@ class Backend:
             return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         return None if value == 16.0 else f"a tiny op gave {value} (expected 16.0)"
 
+    def events(self, device: Device):
+        """The torch module whose ``Event(enable_timing=True)`` times work on the device's current
+        stream (``torch.cuda``, ``torch.npu``), for latency samples; None: the host's clock around a
+        synchronize (harness/worker/timing.py)."""
+        return None
+
+    def cache_bytes(self, device: Device) -> int:
+        """Bytes written between samples to evict the device's caches (a cold sample): above the
+        largest last-level cache of the devices we run on (H200 L2 50 MB, Ascend 910B L2 192 MB)."""
+        return 256 << 20
+
 
 class CpuBackend(Backend):
     kind = "cpu"
@@ -191,6 +202,9 @@ class CpuBackend(Backend):
 
     def memory(self, device: Device) -> Memory | None:
         return host_memory()
+
+    def cache_bytes(self, device: Device) -> int:
+        return 64 << 20         # above the last-level cache of the hosts we run on
 
     def describe(self, device: Device) -> dict[str, str]:
         import platform
@@ -215,6 +229,10 @@ class CudaBackend(Backend):
     def activate(self, device: Device) -> None:
         import torch
         torch.cuda.set_device(device.index)
+
+    def events(self, device: Device):
+        import torch
+        return torch.cuda
 
     def memory(self, device: Device) -> Memory | None:
         import torch
@@ -263,6 +281,11 @@ class NpuBackend(Backend):
         import torch
         torch.npu.set_device(device.index)
 
+    def events(self, device: Device):
+        import torch
+        import torch_npu  # noqa: F401  (registers torch.npu)
+        return torch.npu
+
     def memory(self, device: Device) -> Memory | None:
         import torch
         import torch_npu  # noqa: F401  (registers torch.npu)
@@ -280,6 +303,31 @@ class NpuBackend(Backend):
             "torch_npu": getattr(torch_npu, "__version__", "unknown"),
             "cann": cann_version() or "unknown",
         }
+
+
+# Peak memory bandwidth by device name (a substring of ``describe()["device_name"]``, first match;
+# more specific names first), bytes/s: the vendors' datasheet figures.  ``$HARNESS_PEAK_GBPS``
+# overrides it (GB/s) for any device, e.g. one not in the table (an Ascend NPU: set it).
+PEAK_BYTES_PER_S: tuple[tuple[str, float], ...] = (
+    ("H200", 4.8e12),
+    ("H100 PCIe", 2.0e12),
+    ("H100", 3.35e12),          # SXM
+    ("A100-SXM4-80GB", 2.039e12),
+    ("A100 80GB PCIe", 1.935e12),
+    ("A100", 1.555e12),         # 40 GB
+    ("L40S", 0.864e12),
+)
+PEAK_ENV = "HARNESS_PEAK_GBPS"
+
+
+def peak_bytes_per_s(device_name: str, environ: Mapping[str, str] = os.environ) -> tuple[float, str] | None:
+    """(peak bytes/s, where the figure came from) for ``device_name``; None when unknown."""
+    if environ.get(PEAK_ENV):
+        return float(environ[PEAK_ENV]) * 1e9, f"${PEAK_ENV}"
+    for needle, peak in PEAK_BYTES_PER_S:
+        if needle.lower() in device_name.lower():
+            return peak, f"table: {needle}"
+    return None
 
 
 BACKENDS: dict[str, Callable[[], Backend]] = {"cpu": CpuBackend, "cuda": CudaBackend, "npu": NpuBackend}

@@ -18,6 +18,7 @@ _ENGINE_KEY = pytest.StashKey[object]()
 _STORE_KEY = pytest.StashKey[object]()        # the open Store, in the process that runs cases
 _RUN_KEY = pytest.StashKey[tuple]()           # (store path, run id), chosen by the controller
 _RESULTS_KEY = pytest.StashKey[list]()        # results of this process's items (the flake summary without a store)
+_LATENCY_KEY = pytest.StashKey[list]()        # this process's timed cases, one line each (--harness-latency)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -56,6 +57,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harness-debug", action="store_true",
                     help="trace worker spawns, the worker protocol, replacements and kills on stderr "
                          "(also HARNESS_DEBUG=1)")
+    group.addoption("--harness-latency", action="store_true",
+                    help="time every case whose checks pass, as harness run --latency (docs/latency.md): the "
+                         "median and its interval go into the JUnit properties and the terminal summary")
     group.addoption("--repeat", type=int, default=1, metavar="N",
                     help="run every case N times (a flake hunt): identical inputs, outputs compared bit for bit "
                          "with the first iteration; a per-case failure rate is printed at the end")
@@ -114,6 +118,12 @@ class CaseItem(pytest.Item):
             value = getattr(result, key)
             self.user_properties.append((key, getattr(value, "value", value)))
         self.user_properties.append(("label", result.label))
+        lat = result.metrics.get("latency")
+        if lat:                         # --harness-latency, or the case file's latency: block
+            from harness.reports.latency_text import case_line
+            self.user_properties += [(f"latency_{k}", lat[k]) for k in ("median_s", "ci_low_s", "ci_high_s",
+                                                                          "rel_noise", "samples", "gb_per_s") if k in lat]
+            self.config.stash.setdefault(_LATENCY_KEY, []).append(case_line(result))
         if result.outcome.value == "SKIPPED":
             pytest.skip(result.summary)
         if result.outcome.failed:
@@ -152,6 +162,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
         _deselect(config, items, [i for i in items if not isinstance(i, CaseItem) or matches(i.case.case_id)])
     if config.getoption("--harness-kernel"):
         _with_kernel(config, items)
+    if config.getoption("--harness-latency"):
+        from harness.case import LatencySpec
+        for item in items:
+            if isinstance(item, CaseItem):
+                item.case = item.case.with_latency(item.case.latency or LatencySpec())
 
 
 def _deselect(config: pytest.Config, items: list, keep: list) -> None:
@@ -340,7 +355,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     """With ``--repeat N``: the flake summary per case (from the store under xdist, where the
-    controller runs no case)."""
+    controller runs no case).  Timed cases (``--harness-latency``): one line each, where they ran
+    (under xdist the JUnit properties hold them)."""
+    timed = config.stash.get(_LATENCY_KEY, [])
+    if timed:
+        terminalreporter.section("harness latency")
+        for line in timed:
+            terminalreporter.write_line(line)
     if config.getoption("--repeat") <= 1 or hasattr(config, "workerinput"):
         return
     from harness.flake.summary import summarize_hunt

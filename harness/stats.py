@@ -1,4 +1,4 @@
-"""Binomial statistics for flake hunts: intervals on a failure rate, and a two-rate test.
+"""Binomial statistics: intervals on a failure rate, a two-rate test, the interval on a median.
 
 Pure Python (``math`` only), exact where it matters:
 
@@ -11,6 +11,8 @@ Pure Python (``math`` only), exact where it matters:
 - ``runs_needed``: clean runs needed for that bound to reach a rate.
 - ``fisher_exact``: the two-sided Fisher exact test of two failure rates (the
   sum of the hypergeometric probabilities no larger than the observed one).
+- ``median_ci``: the distribution-free interval on a median from its order statistics
+  (the sign test's binomial), for timed samples; the device worker uses it to stop sampling.
 """
 from __future__ import annotations
 
@@ -169,3 +171,48 @@ class RateEstimate:
 
 def estimate(failures: int, runs: int, conf: float = 0.95) -> RateEstimate:
     return RateEstimate(failures, runs, conf, wilson(failures, runs, conf), clopper_pearson(failures, runs, conf))
+
+
+# -- the median of timed samples ----------------------------------------------------
+
+def median(values) -> float:
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        return math.nan
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def median_ci_ranks(n: int, conf: float = 0.95) -> tuple[int, int] | None:
+    """0-based ranks (lo, hi) of the order statistics that bound the median with at least ``conf``
+    coverage, whatever the distribution: P(x_(j) <= median <= x_(n-1-j)) = 1 - 2 P(X <= j),
+    X ~ Binomial(n, 1/2).  None when ``n`` is too small for any pair (n < 6 at 95%).
+    Exact up to 1000 samples; above it the normal approximation (the binomial is within 1e-3 there)."""
+    _check_conf(conf)
+    alpha = 1.0 - conf
+    if n < 1:
+        return None
+    if n > 1000:
+        j = math.floor(n / 2 - _z(conf) * math.sqrt(n) / 2) - 1
+        return (j, n - 1 - j) if j >= 0 else None
+    # largest j with 2 * P(X <= j) <= alpha, summed term by term (one pass)
+    log_half_n = n * math.log(0.5)
+    cdf, best = 0.0, None
+    for j in range(n // 2):
+        cdf += math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + log_half_n)
+        if 2 * cdf > alpha:
+            break
+        best = j
+    return None if best is None else (best, n - 1 - best)
+
+
+def median_ci(values, conf: float = 0.95) -> tuple[float, float] | None:
+    """The distribution-free interval on the median of ``values`` (order statistics); None when too few."""
+    xs = sorted(values)
+    ranks = median_ci_ranks(len(xs), conf)
+    return None if ranks is None else (xs[ranks[0]], xs[ranks[1]])
+
+
+def normal_quantile(conf: float) -> float:
+    """The two-sided normal quantile for ``conf`` (1.96 at 0.95)."""
+    return _z(conf)

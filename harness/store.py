@@ -547,7 +547,9 @@ class Store:
         matches = _matcher(case_pattern)
         rows = self._query(
             "SELECT x.run_id, x.case_id, x.ref, x.device, x.outcome, x.label, x.created_at, r.started, r.kind, "
-            "r.parent_id, r.host, r.ref_sha, r.harness_version FROM results x LEFT JOIN runs r ON r.run_id = x.run_id "
+            "r.parent_id, r.host, r.ref_sha, r.harness_version, "
+            "CASE WHEN json_valid(x.data) THEN json_extract(x.data, '$.metrics.latency.median_s') END AS latency_s "
+            "FROM results x LEFT JOIN runs r ON r.run_id = x.run_id "
             "ORDER BY COALESCE(r.started, x.created_at), x.run_id, x.id")
         groups: dict[tuple, dict] = {}
         for row in rows:
@@ -561,12 +563,15 @@ class Store:
                     "started": row["started"] if row["started"] is not None else row["created_at"],
                     "kind": row["kind"], "parent_id": row["parent_id"], "host": row["host"],
                     "harness_version": row["harness_version"],
-                    "devices": [], "total": 0, "passed": 0, "failed": 0, "counts": Counter(), "outcomes": Counter()}
+                    "devices": [], "total": 0, "passed": 0, "failed": 0, "counts": Counter(), "outcomes": Counter(),
+                    "latency_s": []}
             if row["device"] and row["device"] not in g["devices"]:
                 g["devices"].append(row["device"])
             g["total"] += 1
             g["counts"][row["label"]] += 1
             g["outcomes"][row["outcome"]] += 1
+            if row["latency_s"] is not None:        # a timed result's median (docs/latency.md)
+                g["latency_s"].append(float(row["latency_s"]))
             try:
                 outcome = Outcome(row["outcome"])
             except ValueError:  # written by a newer harness: counted, neither passed nor failed

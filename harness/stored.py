@@ -21,6 +21,7 @@ from harness.bisect.session import devices_provenance
 from harness.errors import UsageError
 from harness.flake.summary import summarize_hunt
 from harness.outcomes import Result
+from harness.latency.across import latency_rows
 from harness.refs import compare as refcompare
 from harness.report_document import build_document
 from harness.store import Store
@@ -35,7 +36,11 @@ def stored_document(store: Store, run_id: str) -> dict:
     extra = run["extra"]
     keys: dict = {"kind": kind, "run_id": run_id, "shard": extra.get("shard")}
     provenance = run["provenance"]
-    if kind in ("compare", "bisect"):
+    if kind == "latency-bisect":    # bisect --slower-than: its steps are compares, their refs' results below them
+        steps = store.children(run_id)
+        results = [r for step in steps for c in store.children(step["run_id"]) for r in store.results(c["run_id"])]
+        keys["slower_than"] = (run.get("summary") or {}).get("slower_than")
+    elif kind in ("compare", "bisect"):
         children = store.children(run_id)
         results: list[Result] = [r for child in children for r in store.results(child["run_id"])]
         if kind == "compare":
@@ -45,6 +50,9 @@ def stored_document(store: Store, run_id: str) -> dict:
                              "subject": refs_by_name.get(n, {}).get("subject"),
                              "build": refs_by_name.get(n, {}).get("build")} for n in names]
             keys["compare"] = [row.to_json() for row in refcompare.table(results, names)] if results else []
+            latency = (extra.get("plan") or {}).get("latency")
+            if latency and results:      # a latency compare: its verdicts (docs/latency.md)
+                keys["latency"] = latency_rows(results, names, latency["threshold"])
         else:
             state = BisectState.from_dict(extra["bisect"]["state"])
             keys["bisect"] = state.report()
@@ -120,4 +128,5 @@ def _summed(head: dict, steps: list[dict]) -> dict:
         devices += [d for d in step["devices"] if d not in devices]
     return {**head, "devices": devices, "total": sum(s["total"] for s in steps),
             "passed": sum(s["passed"] for s in steps), "failed": sum(s["failed"] for s in steps),
-            "counts": dict(sorted(counts.items())), "outcomes": dict(sorted(outcomes.items()))}
+            "counts": dict(sorted(counts.items())), "outcomes": dict(sorted(outcomes.items())),
+            "latency_s": []}     # a session's refs and commits differ: each step shows its own

@@ -254,3 +254,61 @@ def make_kernel_repo(path: str | os.PathLike[str], n_commits: int = 32, culprit:
     return RepoInfo(path=repo, shas=shas, culprit=culprit, broken_build=broken_build, raises=raises,
                     fail_p=float(fail_p), seed=seed, second=second,
                     second_kind=None if second is None else second_kind, second_p=float(second_p))
+
+
+# -- a kernel library whose kernel becomes slower at one commit (latency tests, bench/) --------
+
+LATENCY_KERNEL = "lpkg.kernel:paged_decode_attention"
+_LATENCY_KERNEL_PY = '''\
+"""lpkg: paged decode attention (the harness's reference) after a fixed amount of host work.
+
+The work is a loop of a fixed number of integer steps, not a sleep: a sleep measures the
+scheduler, a loop of fixed work costs the same in every call, up to the machine's noise."""
+from harness.kernels.reference import paged_decode_attention as _reference
+
+WORK = {work}
+
+
+def _spin(n):
+    acc = 0
+    for i in range(n):
+        acc += i * i
+    return acc
+
+
+def paged_decode_attention(**args):
+    _spin(WORK)
+    return _reference(**args)
+'''
+
+
+def latency_case_yaml(name: str = "lpkg-decode", budget_s: float = 0.3) -> str:
+    """One timed case of the generated kernel (tiny geometry, a few ms a call)."""
+    return textwrap.dedent(f"""\
+        name: {name}
+        op: paged_decode_attention
+        kernel: "{LATENCY_KERNEL}"
+        geometry: tiny
+        batch: 2
+        seq_lens: "const(40)"
+        slot_mode: arange
+        seed: 7
+        timeout_s: 120
+        latency: {{budget_s: {budget_s}, warmup_s: 0.05}}
+        """)
+
+
+def make_latency_repo(path: str | os.PathLike[str], n_commits: int = 8, slow_from: int | None = 5,
+                      work: int = 30_000, slow_factor: float = 1.4) -> list[str]:
+    """A repository of ``n_commits`` whose kernel does ``work`` loop steps per call, ``work *
+    slow_factor`` from commit ``slow_from`` on; every commit also changes a harmless line.
+    The shas, oldest first."""
+    repo = init_repo(Path(path))
+    shas = []
+    for i in range(n_commits):
+        slow = slow_from is not None and i >= slow_from
+        files = {"lpkg/__init__.py": f'__version__ = "0.{i}"\n',
+                 "lpkg/kernel.py": _LATENCY_KERNEL_PY.format(work=int(work * slow_factor) if slow else work)}
+        subject = "make the kernel slower (more work per call)" if i == slow_from else f"tidy: release 0.{i}"
+        shas.append(commit_files(repo, files, subject, i))
+    return shas

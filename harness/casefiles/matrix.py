@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from harness.casefiles.latency import parse_latency
 from harness.case import GEOMETRY_FIELDS, PRESETS, Case, Geometry, SeqLens, SlotMode, Tolerance, default_tolerance
 from harness.casefiles.expression import compile_expression
 from harness.casefiles.located import Node, Where, did_you_mean, load
@@ -52,7 +53,7 @@ MAX_CASES = 1_000_000
 # host has in all fits on no machine (docs/cases.md, "Memory plan").
 MAX_CASE_BYTES = 2**40
 
-TOP_KEYS: tuple[str, ...] = ("name", *CASE_KEYS, "matrix", "exclude", "include")
+TOP_KEYS: tuple[str, ...] = ("name", *CASE_KEYS, "matrix", "exclude", "include", "latency")
 INCLUDE_KEYS: tuple[str, ...] = ("name", *CASE_KEYS)
 
 
@@ -418,6 +419,9 @@ def load_matrix(path: "str | os.PathLike[str]", max_cases: int = MAX_CASES) -> l
     spec = _read_spec(root, shown)
     cases = [_build_case(spec, draft) for draft in _expand(spec, max_cases)]
     _refuse_identical_cases(cases)
+    if root.kind == "map" and "latency" in root.value:      # the whole file's timing settings (docs/latency.md)
+        timed = parse_latency(root.value["latency"])
+        cases = [c.with_latency(timed) for c in cases]
     return cases
 
 

@@ -38,6 +38,9 @@ EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
 
 def cmd_bisect(args) -> int:
     devices(args)
+    if args.slower_than is not None:            # a slowdown, by latency (docs/latency.md)
+        from harness.cli.latency_bisect import cmd_slower_bisect
+        return cmd_slower_bisect(args)
     if not 0 < args.confidence < 1:
         raise UsageError(f"--confidence must be in (0, 1), got {args.confidence}")
     if args.good_runs < 0:
@@ -133,6 +136,9 @@ def _bisect(args, signature: Signature | None, store: Store, started: list[str])
 
 def cmd_bisect_run(args) -> int:
     """Never a code that would abort ``git bisect run``: only 0, 1 or 125 (see ``harness.cli.main``)."""
+    if args.slower_than is not None:            # a slowdown, by latency (docs/latency.md)
+        from harness.cli.latency_bisect import cmd_slower_bisect_run
+        return cmd_slower_bisect_run(args)
     signature = Signature.parse(args.signature) if args.signature else None
     devices(args)
     state = repo_state_dir(_checkout_top())     # the current directory is the code under test: write nothing there

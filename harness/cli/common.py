@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shlex
 import sys
 import tempfile
@@ -9,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Callable
 
-from harness.case import Case
+from harness.case import Case, LatencySpec
 from harness.casefiles import load_paths, select
 from harness.devices import Device, parse_device, parse_device_list
 from harness.errors import UsageError
@@ -42,7 +43,26 @@ def load_cases(args, *, import_kernel: bool = True) -> list[Case]:
         cases = [c.with_seed(args.seed) for c in cases]
     if getattr(args, "kernel", None):
         cases = _with_kernel(args, cases, import_kernel)
-    return cases
+    return with_latency(args, cases)
+
+
+def with_latency(args, cases: list[Case]) -> list[Case]:
+    """``--latency``: every case timed; the ``--latency-*`` flags over a case file's ``latency:`` block."""
+    flags, given = {}, []
+    for flag, attr, key, convert in (("--latency-target", "latency_target", "target", None),
+                                     ("--latency-budget", "latency_budget", "budget_s", None),
+                                     ("--latency-cold", "latency_cold", "cold", {"on": True, "off": False, "auto": None}),
+                                     ("--latency-clock", "latency_clock", "clock", None)):
+        value = getattr(args, attr, None)
+        if value is not None:
+            flags[key] = convert[value] if convert else value
+            given.append(flag)
+    if not getattr(args, "latency", False):
+        if given:
+            switch = "--slower-than" if hasattr(args, "slower_than") else "--latency"
+            raise UsageError(f"{given[0]} needs {switch}")
+        return cases
+    return [c.with_latency(dataclasses.replace(c.latency or LatencySpec(), **flags)) for c in cases]
 
 
 def _with_kernel(args, cases: list[Case], import_kernel: bool) -> list[Case]:

@@ -9,6 +9,8 @@ from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, e
                                 no_kernel_on_resume, open_store, outputs, plain, ref_setup, resume_command,
                                 session_golden_cache)
 from harness.devices import parse_device
+from harness.formats import printable
+from harness.latency.statistics import DEFAULT_THRESHOLD, Comparison
 from harness.errors import UsageError
 from harness.run.session import terminated_as_interrupt
 from harness.refs import compare as refcompare
@@ -21,6 +23,7 @@ from harness.run.options import ResumeOptions, kernel_paths
 from harness.store import Store
 
 DEFAULT_REPEAT = 5
+DEFAULT_ROUNDS = 24       # a latency compare: at most this many rounds (6 first, then only the undecided cases)
 
 
 def cmd_compare(args) -> int:
@@ -43,6 +46,15 @@ def cmd_compare(args) -> int:
             raise UsageError("--hunt-seed applies to --seeds fresh only")
         if args.seed is not None and args.seeds == "fresh":
             raise UsageError("--seed fixes the inputs; it cannot be combined with --seeds fresh")
+        if not args.latency:
+            given = [f for f, v in (("--latency-threshold", args.latency_threshold),
+                                    ("--latency-rounds", args.latency_rounds)) if v is not None]
+            if given:
+                raise UsageError(f"{given[0]} needs --latency")
+        elif args.seeds == "fresh":
+            raise UsageError("--seeds fresh does not apply to --latency (each round times the same inputs on every ref)")
+        elif args.repeat is not None and args.latency_rounds is not None:
+            raise UsageError("--repeat and --latency-rounds say the same thing for a latency compare: give one")
     with open_store(args) as store:
         return _compare(args, named, store)
 
@@ -60,9 +72,11 @@ def _plan(args, named: list[tuple[str, str]], store: Store) -> tuple[refcompare.
         if seeds == "fresh" else 0
     plan = refcompare.ComparePlan(
         setup=setup, refs=tuple((name, c.sha) for name, c in commits), cases=tuple(cases),
-        repeat=args.repeat or DEFAULT_REPEAT, devices=tuple(str(d) for d in devices(args)),
+        repeat=(args.repeat or args.latency_rounds or DEFAULT_ROUNDS) if args.latency else (args.repeat or DEFAULT_REPEAT),
+        devices=tuple(str(d) for d in devices(args)),
         options=ResumeOptions(kernel_paths(args.kernel_path), args.golden_dtype, args.tier, args.golden_device),
-        seeds=seeds, hunt_seed=hunt_seed)
+        seeds=seeds, hunt_seed=hunt_seed,
+        latency={"threshold": args.latency_threshold or DEFAULT_THRESHOLD} if args.latency else None)
     return plan, commits
 
 
@@ -73,7 +87,8 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
             RefRunner(plan.setup, engine_options(args, ref_devices, kernel_paths=plan.options.kernel_paths,
                                                  golden_dtype=plan.options.golden_dtype, tier=plan.options.tier,
                                                  golden_device=plan.options.golden_device,
-                                                 golden_cache=golden_cache), store) as runner:
+                                                 golden_cache=golden_cache), store,
+                      warm_refs=plan.latency is not None) as runner:
         parent = args.resume or refcompare.start(store, plan, commits, command=sys.argv)
         if args.resume:
             print(f"compare {parent}: resuming; what its refs already ran is not run again", flush=True)
@@ -113,13 +128,27 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
                 if first is not None:
                     print(f"{row.case_id} @{name}: first failure repeat {first.repeat} seed {first.seed} "
                           f"({first.label})")
+    latency = done.latency_rows
+    if latency is not None:
+        _print_latency(latency, plan)
     for path in write_outputs(outputs(args), done.document(sys.argv)):
         print(f"wrote {path}")
     if not args.no_store:
         print(f"compare {done.parent} stored in {store.path}")
     candidate_failed = any(r.outcome.failed for r in done.results if r.ref == names[-1])
     regressed = any(r.verdict is refcompare.RefVerdict.REGRESSED for r in done.rows)
-    return EXIT_FAILED if candidate_failed or regressed else EXIT_OK
+    slower = any(row["latency_verdict"].get("verdict") == "SLOWER" for row in latency or ())
+    return EXIT_FAILED if candidate_failed or regressed or slower else EXIT_OK
+
+
+def _print_latency(rows: list[dict], plan) -> None:
+    """Per case and candidate: ``upstream 412.0 µs -> fix 361.0 µs (0.876x, 95% CI 0.86-0.90): FASTER``."""
+    print(f"latency: up to {plan.repeat} rounds per case, threshold {100 * plan.latency['threshold']:g}% "
+          f"(a verdict needs the whole 95% CI past it)")
+    for row in rows:
+        v = row["latency_verdict"]
+        text = v["error"] if "error" in v else Comparison.from_json(v).describe()
+        print(printable(f"  {row['case_id']}: {text}"))
 
 
 def _print_compare(rows: list[refcompare.CompareRow], commits, repeat: int) -> None:

@@ -23,6 +23,7 @@ from harness.outcomes import Outcome, Result
 from harness.refs.runner import RefRunner, RefSetup
 from harness.reports.document import load_document, results_of
 from harness.reports.flake_text import change_line, iteration_line, summary_lines
+from harness.reports.latency_text import latency_lines
 from harness.reports.terminal import Reporter
 from harness.run.engine import Planned
 from harness.run.options import ResumeOptions, kernel_paths
@@ -184,6 +185,8 @@ def _flake(args, options: HuntOptions | None, store: Store) -> int:
     for case_id, n in stopped.items():
         reporter.note(f"{case_id}: stopped after {rules.failures[case_id]} failure(s); {n} iterations not run")
     recorded = captured[0]
+    for line in latency_lines(recorded.results):      # --latency: each timed iteration
+        reporter.note(line)
     for warning in recorded.warnings:
         reporter.note(f"warning: {warning}")
     note_outputs(reporter, args, recorded.run_id, store)

@@ -92,6 +92,66 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
     _add_outputs(p)
 
 
+def _add_latency(p: argparse.ArgumentParser, *, across: bool = False, switch: bool = True) -> None:
+    """Timing each case after its checks pass (docs/latency.md); ``across``: refs compared by latency;
+    ``switch``: a ``--latency`` flag (bisect's ``--slower-than`` implies it)."""
+    if not switch:
+        p.set_defaults(latency=False)
+    else:
+        p.add_argument("--latency", action="store_true",
+                       help="time every case whose checks pass (median, 95%% CI, noise; GB/s) and store it with "
+                            "its result; a case file's latency: block sets its own settings")
+    p.add_argument("--latency-target", type=percent("--latency-target"), default=None, metavar="PCT",
+                   help="sample until the median's 95%% CI half-width is under PCT of it (default 2%%)")
+    p.add_argument("--latency-budget", type=positive_float("--latency-budget"), default=None, metavar="S",
+                   help="at most S seconds of samples per case (default 1; then the noise reached is reported)")
+    p.add_argument("--latency-cold", choices=("auto", "on", "off"), default=None,
+                   help="flush the caches before each sample (auto: on for accelerators, off on cpu)")
+    p.add_argument("--latency-clock", choices=("auto", "cpu", "wall"), default=None,
+                   help="on the host: the process's CPU time (auto, cpu: another tenant's load is not counted) "
+                        "or the wall clock (perf_counter_ns); accelerators use device events")
+    if across:
+        p.add_argument("--latency-threshold", type=percent("--latency-threshold"), default=None, metavar="PCT",
+                       help="a ratio beyond 1 +/- PCT (its whole 95%% CI) is SLOWER/FASTER (default 5%%)")
+        p.add_argument("--latency-rounds", type=positive_int("--latency-rounds", 1000), default=None, metavar="N",
+                       help="at most N rounds of A, B, B, A... per case: 6, then more while a case is UNSURE "
+                            "(default 24)")
+
+
+def _add_slower_than(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--slower-than", type=percent("--slower-than"), default=None, metavar="PCT",
+                   help="look for the first commit whose kernel is slower than the good commit's by more than "
+                        "PCT (latency in rounds against good, in this session; docs/latency.md)")
+    p.add_argument("--latency-rounds", type=positive_int("--latency-rounds", 1000), default=None, metavar="N",
+                   help="with --slower-than: at most N rounds per step, 6 then more while UNSURE (default 24)")
+    _add_latency(p, switch=False)
+
+
+def percent(flag: str):
+    """``5%`` or ``0.05``, above 0% and below 100%."""
+    def parse(text: str) -> float:
+        from harness.latency.statistics import check_threshold, parse_percent
+        try:
+            return check_threshold(parse_percent(text), flag)
+        except ValueError as exc:
+            said = str(exc)
+            raise argparse.ArgumentTypeError(said.removeprefix(f"{flag}: ") if said.startswith(flag)
+                                             else f"not a percentage: {text!r}") from None
+    return parse
+
+
+def positive_float(flag: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag}: not a number: {text!r}") from None
+        if not (v > 0 and v < float("inf")):
+            raise argparse.ArgumentTypeError(f"{flag}: must be above 0, got {text}")
+        return v
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="harness", description="Correctness harness for fused LLM kernels.")
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
@@ -107,6 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_run = sub.add_parser("run", parents=[common], help="run cases on a device")
     _add_selection(p_run)
     _add_execution(p_run)
+    _add_latency(p_run)
+    p_run.add_argument("--latency-baseline", default=None, metavar="RUN_ID",
+                       help="with --latency: compare each case's latency with stored run RUN_ID's (SLOWER: exit 1; "
+                            "not interleaved, so the two runs' conditions may differ: compare --latency is the fair test)")
+    p_run.add_argument("--latency-threshold", type=percent("--latency-threshold"), default=None, metavar="PCT",
+                       help="with --latency-baseline: a ratio beyond 1 +/- PCT (its whole 95%% CI) is SLOWER/FASTER "
+                            "(default 5%%)")
     p_run.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first failure")
     p_run.add_argument("--shard", type=shard, default=None, metavar="I/N",
                        help="run only shard I of N (1-based; deterministic: every host computes the same split)")
@@ -155,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="compare two stored hunts (run ids, or --json files): failure-rate change per "
                               "case with a Fisher exact test; runs nothing")
     _add_refs(p_flake)
+    _add_latency(p_flake)
     p_flake.add_argument("--ref", default=None, metavar="NAME=REV",
                          help="hunt on this commit of --repo (checked out, built and given its --env as compare "
                               "does) instead of the kernels on the current PYTHONPATH")
@@ -167,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection(p_cmp)
     _add_execution(p_cmp)
     _add_refs(p_cmp)
+    _add_latency(p_cmp, across=True)
     p_cmp.add_argument("--ref", dest="refs", action="append", default=[], metavar="NAME=REV",
                        help="a ref to run (sha, branch, tag, remote ref of a fork); repeat; the first is the "
                             "baseline, the last the candidate")
@@ -199,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="give up (NOT_REPRODUCED) after N clean runs at the bad commit (default 50)")
     p_bis.add_argument("--resume", default=None, metavar="BISECT_ID",
                        help="continue a stored bisect (its cases, refs and options come from the store)")
+    _add_slower_than(p_bis)
 
     p_brun = sub.add_parser("bisect-run", parents=[common],
                             help="for `git bisect run`: exit 0 good, 1 bad, 125 skip, nothing else")
@@ -211,6 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_brun.add_argument("--build", default=None, metavar="CMD", help="run first in the current directory; "
                         "a failing build is a skip (125)")
     p_brun.add_argument("--build-timeout", type=float, default=1800.0, metavar="S")
+    _add_slower_than(p_brun)
+    p_brun.add_argument("--good", default=None, metavar="REV",
+                        help="with --slower-than: the good commit the checkout is measured against")
+    p_brun.add_argument("--env", dest="env_templates", action="append", default=None, metavar="KEY=TEMPLATE",
+                        help="with --slower-than: each commit's environment, as compare's --env")
+    p_brun.add_argument("--worktree-cache", default=None, metavar="DIR",
+                        help="with --slower-than: where the good commit and the checkout are checked out")
 
     p_ops = sub.add_parser("ops", parents=[common],
                            help="each op's kernel arguments: role, shape, dtype, layout, what it may write and return")

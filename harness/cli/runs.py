@@ -12,6 +12,9 @@ from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.formats import printable
 from harness.outcomes import Outcome
+from harness.latency.across import against_baseline
+from harness.latency.statistics import DEFAULT_THRESHOLD, Comparison
+from harness.reports.latency_text import latency_lines
 from harness.reports.terminal import Reporter
 from harness.run.engine import Planned
 from harness.run.options import ResumeOptions
@@ -39,6 +42,7 @@ def cmd_run(args) -> int:
 
 
 def _run(args, store: Store) -> int:
+    _check_baseline(args, store)
     flags = ResumeOptions(resolved_kernel_paths(args.kernel_path), args.golden_dtype, args.tier, args.golden_device)
     if args.resume:
         resume = resumed(store, args.resume, flags)
@@ -65,12 +69,33 @@ def _run(args, store: Store) -> int:
             addendum=lambda rec: Addendum(document={"shard": shard} if shard else {}))
     summary = recorded.summary
     reporter.final(recorded.results, summary)
+    for line in latency_lines(recorded.results):      # --latency, or a case file's latency: block
+        reporter.note(line)
+    slower = False
+    if args.latency_baseline:
+        for row in against_baseline(store, args.latency_baseline, recorded.results,
+                                    args.latency_threshold or DEFAULT_THRESHOLD):
+            v = row["latency_verdict"]
+            slower |= v.get("verdict") == "SLOWER"
+            reporter.note(printable(f"{row['case_id']}: " + (v["error"] if "error" in v
+                                                             else Comparison.from_json(v).describe())))
     for warning in recorded.warnings:
         reporter.note(f"warning: {warning}")
     note_outputs(reporter, args, recorded.run_id, store)
     if summary["counts"].get(Outcome.HARNESS_ERROR.value):
         return EXIT_INTERNAL
-    return EXIT_FAILED if summary["failed"] else EXIT_OK
+    return EXIT_FAILED if summary["failed"] or slower else EXIT_OK
+
+
+def _check_baseline(args, store: Store) -> None:
+    """``--latency-baseline``: needs ``--latency`` and a stored run (exit 2 before any case)."""
+    if args.latency_threshold is not None and not args.latency_baseline:
+        raise UsageError("--latency-threshold needs --latency-baseline RUN_ID")
+    if args.latency_baseline:
+        if not args.latency:
+            raise UsageError("--latency-baseline needs --latency")
+        if store.run(args.latency_baseline) is None:
+            raise UsageError(f"--latency-baseline {args.latency_baseline}: no run with that id in {store.path}")
 
 
 def _shard(args, cases: list[Case]) -> tuple[list[Case], dict | None]:

@@ -1,6 +1,8 @@
 """``harness report`` and ``harness history``: what the store (or a --json file) holds, rendered."""
 from __future__ import annotations
 
+import statistics
+
 import datetime as _dt
 import json
 import sys
@@ -12,6 +14,7 @@ from harness.outcomes import Outcome
 from harness.reports.audit_text import is_audit_document, write_audit
 from harness.reports.audit_text import render_markdown as render_audit_markdown
 from harness.reports.document import load_document
+from harness.latency.statistics import us
 from harness.stored import case_history, stored_document
 from harness.reports.writers import write_outputs
 from harness.shard.merge import merge
@@ -96,7 +99,7 @@ def cmd_history(args) -> int:
         kind = f" (--kind {args.kind})" if args.kind else ""
         raise UsageError(f"no stored results for a case matching {args.pattern!r}{kind} in {store.path}")
     print("when                 run                    kind         device    ref                 runs  "
-          "outcomes        fail rate  case")
+          "outcomes        fail rate  latency      case")
     for entry in entries[-args.limit:]:
         print(_history_line(entry.row, ""))
         for step in entry.steps:
@@ -116,4 +119,10 @@ def _history_line(g: dict, indent: str) -> str:
     counts = ", ".join(f"{n} {label}" for label, n in sorted(g["counts"].items(), key=lambda kv: -kv[1]))
     case = "" if indent else g["case_id"]
     return (f"{when}  {indent + g['run_id']:<22} {g['kind'] or '-':<12} {','.join(g['devices']) or '-':<9} "
-            f"{ref:<19} {g['total']:>4}  {counts:<15} {rate:>9}  {case}").rstrip()
+            f"{ref:<19} {g['total']:>4}  {counts:<15} {rate:>9}  {_latency(g):<11}  {case}").rstrip()
+
+
+def _latency(g: dict) -> str:
+    """The median of the timed results' medians (``--latency``), ``-`` when none was timed."""
+    found = g.get("latency_s") or []
+    return us(statistics.median(found)) if found else "-"

@@ -24,6 +24,7 @@ from harness.errors import UsageError
 from harness.flake.changes import SIGNIFICANCE, HuntChange, hunt_change
 from harness.flake.hunt import HuntOptions, plan
 from harness.flake.summary import HuntSummary, summarize_case
+from harness.latency.across import MIN_ROUNDS, latency_rows, undecided
 from harness.outcome_table import Column, tabulate
 from harness.outcomes import Result
 from harness.provenance import run_provenance
@@ -150,6 +151,7 @@ class ComparePlan:
     options: ResumeOptions = ResumeOptions()
     seeds: str = "fixed"
     hunt_seed: int = 0
+    latency: dict | None = None                # {"threshold": t}: a latency compare in rounds (docs/latency.md)
 
     def planned(self) -> list[Planned]:
         """Every case ``repeat`` times, iteration-major.  The same list runs on every ref, so with
@@ -160,19 +162,21 @@ class ComparePlan:
     def to_dict(self) -> dict[str, Any]:
         return {"setup": self.setup.to_dict(), "refs": [list(r) for r in self.refs],
                 "cases": [c.to_wire() for c in self.cases], "repeat": self.repeat, "devices": list(self.devices),
-                "options": self.options.to_dict(), "seeds": self.seeds, "hunt_seed": self.hunt_seed}
+                "options": self.options.to_dict(), "seeds": self.seeds, "hunt_seed": self.hunt_seed,
+                "latency": self.latency}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ComparePlan":
         return cls(setup=RefSetup.from_dict(data["setup"]), refs=tuple((n, sha) for n, sha in data["refs"]),
                    cases=tuple(Case.from_wire(c) for c in data["cases"]), repeat=int(data["repeat"]),
                    devices=tuple(data["devices"]), options=ResumeOptions.from_dict(data["options"], ResumeOptions()),
-                   seeds=data["seeds"], hunt_seed=int(data["hunt_seed"]))
+                   seeds=data["seeds"], hunt_seed=int(data["hunt_seed"]), latency=data.get("latency"))
 
 
-def start(store: Store, plan: ComparePlan, commits: list[tuple[str, Commit]], *, command: list[str]) -> str:
-    """Record the parent run of a new compare, with its plan; its id."""
-    return store.start_run(command=command, devices=list(plan.devices), kind="compare",
+def start(store: Store, plan: ComparePlan, commits: list[tuple[str, Commit]], *, command: list[str],
+          parent_id: str | None = None) -> str:
+    """Record the parent run of a new compare, with its plan; its id (``parent_id``: a latency bisect's step)."""
+    return store.start_run(command=command, devices=list(plan.devices), kind="compare", parent_id=parent_id,
                            extra={"refs": [{"name": n, "sha": c.sha, "subject": c.subject} for n, c in commits],
                                   "repeat": plan.repeat, "cases": [c.case_id for c in plan.cases],
                                   "seeds": plan.seeds, "hunt_seed": plan.hunt_seed, "plan": plan.to_dict()})
@@ -200,10 +204,18 @@ class Compared:
     results: list[Result] = field(default_factory=list)
     refs: list[dict] = field(default_factory=list)          # each ref's provenance (sha, subject, build, env)
     device_info: dict = field(default_factory=dict)
+    latency_threshold: float | None = None               # a latency compare's threshold
 
     @property
     def rows(self) -> list[CompareRow]:
         return table(self.results, self.names)
+
+    @property
+    def latency_rows(self) -> list[dict] | None:
+        """Per case and candidate ref, ``latency_verdict`` (a latency compare only)."""
+        if self.latency_threshold is None:
+            return None
+        return latency_rows(self.results, self.names, self.latency_threshold)
 
     def document(self, command: list[str]) -> dict:
         return build_document(
@@ -211,12 +223,13 @@ class Compared:
             provenance={"run": run_provenance(), "devices": self.device_info, "refs": self.refs},
             run_id=self.parent, kind="compare", compare=[r.to_json() for r in self.rows],
             refs=[{"name": r["name"], "sha": r["sha"], "subject": r["subject"], "build": r["build"]}
-                  for r in self.refs])
+                  for r in self.refs], latency=self.latency_rows)
 
 
 def compared(store: Store, parent: str, plan: ComparePlan) -> Compared:
     """An empty ``Compared`` for the stored compare ``parent``, for ``run_compare`` to fill."""
-    return Compared(parent, [name for name, _ in plan.refs], list(plan.devices), store.run(parent)["started"])
+    return Compared(parent, [name for name, _ in plan.refs], list(plan.devices), store.run(parent)["started"],
+                    latency_threshold=plan.latency["threshold"] if plan.latency else None)
 
 
 def run_compare(runner: RefRunner, store: Store, plan: ComparePlan, commits: list[tuple[str, Commit]],
@@ -229,45 +242,77 @@ def run_compare(runner: RefRunner, store: Store, plan: ComparePlan, commits: lis
     already hold is not run again (``--resume``): only its missing repeats run, as a child run
     resumed from its first one, and a ref with none missing is not prepared (``announce`` gets
     None).  ``reporter(name, total)`` gives a context manager with ``started``/``finished`` (the
-    terminal) for each ref."""
+    terminal) for each ref.  A latency compare (``plan.latency``) runs the refs in rounds instead:
+    repeat r of every case on each ref in turn (A, B, then B, A: an order effect cancels), each
+    ref's workers kept warm between its rounds, one child run per ref and round (docs/latency.md)."""
     parent, names = done.parent, done.names
     everything = plan.planned()
-    try:
-        for name, commit in commits:
+    have: dict[str, set] = {}
+    prepared: dict[str, PreparedRef | None] = {}
+    children_of: dict[str, list] = {}
+
+    def prepare(name: str, commit: Commit) -> PreparedRef:
+        if prepared.get(name) is None:
+            prepared[name] = runner.prepare(name, commit)
+            done.refs[:] = [r for r in done.refs if r.get("name") != name] + [prepared[name].provenance]
+            if announce:
+                announce(name, commit, prepared[name])
+        return prepared[name]
+
+    def visit(name: str, commit: Commit, todo_all: list[Planned]) -> None:
+        if name not in have:        # first visit: what the store holds counts
             children = [c for c in store.children(parent) if c["kind"] == "compare-ref" and c["ref"] == name]
+            children_of[name] = children
             stored = [r for c in children for r in store.results(c["run_id"])]
             done.results.extend(stored)
             for c in children:
                 done.device_info.update(c["provenance"].get("devices", {}))
-            have = {(r.case_id, r.repeat) for r in stored}
-            todo = [p for p in everything if (p.case.case_id, p.repeat) not in have]
-            if not todo:
-                done.refs.append(children[-1]["extra"]["ref"])
+            have[name] = {(r.case_id, r.repeat) for r in stored}
+        todo = [p for p in todo_all if (p.case.case_id, p.repeat) not in have[name]]
+        if not todo:
+            if name not in prepared and children_of[name]:      # nothing missing: the stored ref, unprepared
+                prepared[name] = None
+                done.refs.append(children_of[name][-1]["extra"]["ref"])
                 if announce:
                     announce(name, commit, None)
-                continue
-            prepared = runner.prepare(name, commit)
-            done.refs.append(prepared.provenance)
-            if announce:
-                announce(name, commit, prepared)
-            shown = reporter(name, len(todo)) if reporter else None
+            return
+        ref = prepare(name, commit)
+        shown = reporter(name, len(todo)) if reporter else None
 
-            def finished(p: Planned, r: Result, shown=shown) -> None:
-                done.results.append(r)          # as it comes: an interrupted ref still counts in the summary
-                if shown is not None:
-                    shown.finished(r)
+        def finished(p: Planned, r: Result, shown=shown) -> None:
+            done.results.append(r)          # as it comes: an interrupted ref still counts in the summary
+            have[name].add((r.case_id, r.repeat))
+            if shown is not None:
+                shown.finished(r)
 
-            with shown if shown is not None else contextlib.nullcontext():
-                recorded = runner.run(
-                    prepared, todo, kind="compare-ref", parent_id=parent, command=command,
-                    resumed_from=next((c["run_id"] for c in children if not c["resumed_from"]), None),
-                    on_start=(lambda p, w: shown.started(p.case.case_id, str(w.device))) if shown else None,
-                    on_result=finished)
-            done.device_info.update(recorded.provenance.get("devices", {}))
-            store.update_extra(parent, {"done": [*store.run(parent)["extra"].get("done", []), name]})
+        with shown if shown is not None else contextlib.nullcontext():
+            recorded = runner.run(
+                ref, todo, kind="compare-ref", parent_id=parent, command=command,
+                resumed_from=next((c["run_id"] for c in children_of[name] if not c["resumed_from"]), None),
+                on_start=(lambda p, w: shown.started(p.case.case_id, str(w.device))) if shown else None,
+                on_result=finished)
+        done.device_info.update(recorded.provenance.get("devices", {}))
+
+    try:
+        if plan.latency is None:
+            for name, commit in commits:
+                visit(name, commit, everything)
+                store.update_extra(parent, {"done": [*store.run(parent)["extra"].get("done", []), name]})
+        else:
+            pending = list(plan.cases)
+            for r in range(plan.repeat):        # at most plan.repeat rounds; from MIN_ROUNDS on, only the undecided
+                in_round = [Planned(i, c, r) for i, c in enumerate(pending)]
+                for name, commit in (commits if r % 2 == 0 else commits[::-1]):
+                    visit(name, commit, in_round)
+                if r + 1 >= MIN_ROUNDS:
+                    pending = undecided(pending, done.results, names, plan.latency["threshold"])
+                if not pending:
+                    break
     finally:
         rows = table(done.results, names) if done.results else []
         store.finish_run(parent, {**summarize(done.results),
                                   "compare": [{k: v for k, v in r.to_json().items()
-                                               if k in ("case_id", "cells", "verdict", "p_value")} for r in rows]})
+                                               if k in ("case_id", "cells", "verdict", "p_value")} for r in rows],
+                                  **({"latency": latency_rows(done.results, names, plan.latency["threshold"])}
+                                     if plan.latency else {})})
     return done

@@ -77,25 +77,35 @@ class RefRunner:
 
     def __init__(self, setup: RefSetup, base: RunOptions, store: Store, *,
                  worktrees: refs.Worktrees | None = None,
-                 on_prepare: Callable[["PreparedRef"], None] | None = None):
+                 on_prepare: Callable[["PreparedRef"], None] | None = None, warm_refs: bool = False):
         self.setup = setup
         self.on_prepare = on_prepare                        # e.g. to print each ref's effective env
         self.base = base
         self.store = store
         self.worktrees = worktrees or refs.Worktrees(setup.repo, setup.cache_dir)
         self._engine: tuple[str, Engine] | None = None     # the last ref's warm workers (bisect reruns a commit)
+        # warm_refs: every ref's workers kept warm (a latency compare alternates refs round by round)
+        self._warm: dict[str, Engine] | None = {} if warm_refs else None
 
     def close(self) -> None:
         self._drop_engine()
         self.worktrees.close()
 
     def _drop_engine(self) -> None:
+        for engine in (self._warm or {}).values():
+            engine.close()
+        if self._warm:
+            self._warm.clear()
         if self._engine is not None:
             self._engine[1].close()
             self._engine = None
 
     def _engine_for(self, ref: PreparedRef) -> Engine:
         key = f"{ref.commit.sha}\0{sorted(ref.env.items())}"
+        if self._warm is not None:
+            if key not in self._warm:
+                self._warm[key] = Engine(self.options_for(ref))
+            return self._warm[key]
         if self._engine is None or self._engine[0] != key:
             self._drop_engine()
             self._engine = (key, Engine(self.options_for(ref)))

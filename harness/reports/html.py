@@ -26,6 +26,7 @@ import html
 import os
 from typing import Any, Mapping
 
+from harness.reports.latency_html import section as latency_section
 from harness.files import write_text
 from harness.formats import blocking_rerun_text, device_log_text, inputs_text
 from harness.logs import clean_text, log_tail
@@ -284,6 +285,7 @@ def render_html(doc: Mapping[str, Any], *, max_detailed: int = MAX_DETAILED, ren
     _summary(out, results, failed_labels)
     _provenance(out, doc)
     _flake(out, doc)
+    out += latency_section(doc, results)          # a latency compare: verdicts and distributions
     _matrices(out, doc, anchors)
     out.append(f'<section id="failures"><h2>Failures ({len(bad)})</h2>')
     if bad:

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 from harness.formats import blocking_rerun_text, device_log_text, inputs_text
 from harness.logs import clean_text, log_tail
+from harness.reports.latency_text import markdown_table
 from harness.outcome_table import label_counts
 from harness.reports.document import (
     FLAKE_COLUMNS, FailureGroup, failing, failure_groups, flake_confidence, flake_rows, kind_of, outcome_table,
@@ -108,6 +109,14 @@ def _matrices(doc: Mapping[str, Any]) -> list[str]:
         if hidden:
             lines += ["", f"_{hidden} more cases passed everywhere and are not listed._"]
     return lines
+
+
+def _latency(doc: Mapping[str, Any]) -> list[str]:
+    """A latency compare's PR table (harness/reports/latency_text.py): µs per side, ratio, CI, verdict."""
+    rows = doc.get("latency")
+    if not rows:
+        return []
+    return ["", "### Latency", "", markdown_table(rows, escape).rstrip("\n")]
 
 
 def _verdict(row: Mapping[str, Any] | None) -> str:
@@ -239,7 +248,7 @@ def render_markdown(doc: Mapping[str, Any], *, max_chars: int = MAX_CHARS) -> st
     results = results_of(doc)
     head = _header(doc, results) + [""] + _counts(results)
     # a bisect's steps would make one column per commit: its tally table says it better
-    body = _bisect(doc) + ([] if doc.get("bisect") else _matrices(doc)) + _flake(doc)
+    body = _bisect(doc) + _latency(doc) + ([] if doc.get("bisect") else _matrices(doc)) + _flake(doc)
     text = "\n".join(head + body)
     note = "\n\n_Tables cut here to fit a comment; the JSON, JUnit and HTML reports have everything._"
     if len(text) > max_chars:

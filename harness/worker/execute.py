@@ -23,6 +23,7 @@ from harness.worker import determinism
 from harness.worker import hygiene
 from harness.worker import inputs
 from harness.worker import repeats as reuse
+from harness.worker import timing
 from harness import memory_plan
 from harness.worker.input_digest import digest_inputs
 from harness.case import Case
@@ -81,6 +82,21 @@ def _goldens(case: Case, ci: inputs.CaseInputs, golden_cache: GoldenCache, golde
     return golden_cache.read(case.op, ci.spec, golden.path, dtype, golden.device), golden.hit
 
 
+def _latency(case: Case, ci, launched, kernel, torch_device, device: Device, backend: Backend,
+             passed: bool) -> dict | None:
+    """``metrics.latency`` when the case asks for it: timed only once its checks passed (a fast
+    wrong kernel is no win), else why not (docs/latency.md)."""
+    if case.latency is None:
+        return None
+    if not passed:
+        return timing.not_measured("the case failed its checks: latency is measured for correct results only")
+    name = backend.describe(device).get("device_name", "") if device.kind != "cpu" else ""
+    try:
+        return timing.measure(case, ci, launched, kernel, torch_device, device, backend, name)
+    except Exception as exc:  # the first call passed; a later one raising is said, not hidden
+        return timing.not_measured(f"a timed call raised {type(exc).__name__}: {exc}")
+
+
 def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,
                  loader: KernelLoader, golden_dtype: str = "fp32", *, golden: GoldenRef | None = None,
                  repeat: int = 0, baseline: str | None = None,
@@ -131,6 +147,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
                           baselines or determinism.Baselines(), baseline,
                           ci.op, launched.outputs, launched.caches, repeat, found.outcome.passed)
         t4 = time.perf_counter()
+        latency = _latency(case, ci, launched, kernel, torch_device, device, backend, found.outcome.passed)
     except StageError as tagged:
         exc = tagged.exc
         failure = Failure(tagged.stage, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)))
@@ -149,6 +166,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
                "inputs_reused": kept is not None, "inputs_kept_bytes": repeats.nbytes if repeats else 0,
                "kernel": loader.origin(case.kernel, case.op),
                **({"determinism": bits} if bits is not None else {}),
+               **({"latency": latency} if latency is not None else {}),
                # what an adapted kernel copied, which the buffer checks cannot see (docs/adapters.md)
                **({"adapter": kernel.last_call.to_metrics()} if isinstance(kernel, Adapted) else {}),
                **watch.disturbed.metrics()}

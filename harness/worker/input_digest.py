@@ -24,6 +24,7 @@ from harness.ops import OpSpec
 PERIOD = 4093
 GROUP_ROWS = 64
 _WEIGHTS = 1021
+CHUNK_GROUPS = 16      # groups summed together: a 64 MB int64 temporary at most
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,21 @@ def column_sums(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if rows.shape[0] <= GROUP_ROWS:                # one group, of weight 1: both sums are the same
         sums = rows.to(torch.int64).sum(0)
         return sums, sums
+    # Groups summed a chunk at a time, vectorised across the chunk's groups (one Python step per
+    # CHUNK_GROUPS groups, not per group): the same sums, in a third of the time (docs/benchmarks.md).
     plain = torch.zeros(PERIOD, dtype=torch.int64, device=words.device)
     weighted = torch.zeros_like(plain)
-    for group, block in enumerate(rows.split(GROUP_ROWS)):
-        sums = block.to(torch.int64).sum(0)         # in groups: the int64 copy stays small
+    full = rows.shape[0] // GROUP_ROWS
+    for g0 in range(0, full, CHUNK_GROUPS):
+        k = min(CHUNK_GROUPS, full - g0)
+        sums = rows[g0 * GROUP_ROWS:(g0 + k) * GROUP_ROWS].view(k, GROUP_ROWS, PERIOD).sum(1, dtype=torch.int64)
+        weights = 1 + torch.arange(g0, g0 + k, device=words.device) % _WEIGHTS
+        plain += sums.sum(0)
+        weighted += (sums * weights[:, None]).sum(0)
+    if rows.shape[0] % GROUP_ROWS:                  # the last, partial group
+        sums = rows[full * GROUP_ROWS:].sum(0, dtype=torch.int64)
         plain += sums
-        weighted += sums * (1 + group % _WEIGHTS)
+        weighted += sums * (1 + full % _WEIGHTS)
     return plain, weighted
 
 

@@ -171,19 +171,26 @@ class Buffers:
         return sum(b.storage.numel() * b.storage.element_size() for b in self.by_name.values())
 
 
-def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: Callable[[], None],
-           buffers: Buffers | None = None) -> Launched:
-    """One call of ``kernel``; ``buffers``: guarded buffers in their pre-launch state (a repeat's,
-    restored), else allocated here."""
+def kernel_kwargs(ci: CaseInputs, device: torch.device, buffers: Buffers) -> dict[str, Any]:
+    """The kernel's arguments: the inputs on its device, the scalars, the guarded buffers' views
+    (a timed call after the checks passes the very same ones: ``harness/worker/timing.py``)."""
     kwargs: dict[str, Any] = {}
     for arg in ci.op.args:
         if arg.role == "input":
             kwargs[arg.name] = ci.args[arg.name].to(device)
         elif arg.role == "scalar":
             kwargs[arg.name] = ci.args[arg.name]
+    kwargs.update({name: buf.view for name, buf in buffers.by_name.items()})
+    return kwargs
+
+
+def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: Callable[[], None],
+           buffers: Buffers | None = None) -> Launched:
+    """One call of ``kernel``; ``buffers``: guarded buffers in their pre-launch state (a repeat's,
+    restored), else allocated here."""
     if buffers is None:
         buffers = Buffers.allocate(ci, device)
-    kwargs.update({name: buf.view for name, buf in buffers.by_name.items()})
+    kwargs = kernel_kwargs(ci, device, buffers)
 
     verify_signature(kernel, kwargs, ci.op.name)
     seal = InputSeal({a.name: kwargs[a.name] for a in ci.op.by_role("input")})

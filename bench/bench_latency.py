@@ -1,0 +1,111 @@
+"""Latency statistics on this machine: false SLOWER/FASTER for identical kernels, detection of a
+slowdown, samples and wall time per decision, and the timing loop's own cost per sample.
+
+    python bench/bench_latency.py [--trials 50] [--slowdown 0.10] [--threshold 0.05] [--budget 0.03]
+
+A trial is what ``harness compare --latency`` does for one case, in one process: two sides timed
+in rounds (A, B, then B, A), each round ``harness.worker.timing.time_kernel`` on each side, the
+verdict (``harness.latency.statistics.compare``) after 6 rounds and after each round from there
+on, until it is not UNSURE or ``--max-rounds``.  The kernels are a loop of a fixed number of
+integer steps (``spin``): identical work on both sides for the false-alarm trials, ``1 +
+--slowdown`` times it on B for the detection trials.  Trials of the two kinds alternate, so
+the machine's load falls on both alike.  In one process, not one worker per side as compare
+runs them: the process-level differences two workers can have (placement, memory layout)
+are not in these figures; the e2e tests run real workers.  Goals (issue 25): false SLOWER
+≤ 2%, detection of a 10% slowdown ≥ 90%, loop overhead ≤ 5 µs per sample on the host.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+from harness.case import LatencySpec
+from harness.latency.statistics import Side, Verdict, compare
+from harness.worker.timing import CpuTimer, HostTimer, time_kernel
+
+MIN_ROUNDS = 6
+
+
+def spin(n: int) -> int:
+    acc = 0
+    for i in range(n):
+        acc += i * i
+    return acc
+
+
+def trial(work_a: int, work_b: int, spec: LatencySpec, threshold: float, max_rounds: int, clock: str):
+    timer = (CpuTimer if clock == "cpu" else HostTimer)(lambda: None)
+    rounds_a, rounds_b, samples = [], [], 0
+    began = time.perf_counter()
+    got = None
+    for r in range(max_rounds):
+        order = ((rounds_a, work_a), (rounds_b, work_b)) if r % 2 == 0 else ((rounds_b, work_b), (rounds_a, work_a))
+        for rounds, work in order:
+            t = time_kernel(lambda w=work: spin(w), timer, spec)
+            rounds.append(t.samples_s)
+            samples += len(t.samples_s)
+        if r + 1 >= MIN_ROUNDS:
+            got = compare(Side("a", tuple(rounds_a)), Side("b", tuple(rounds_b)), threshold)
+            if got.verdict is not Verdict.UNSURE:
+                break
+    return got, samples, time.perf_counter() - began
+
+
+def loop_overhead(clock: str, n: int = 20000) -> tuple[float, float, float]:
+    """(median sample of an empty call, wall and CPU time per sample of the whole loop): what a
+    sample costs beyond the kernel.  The CPU figure leaves out time the box gave other processes."""
+    timer = (CpuTimer if clock == "cpu" else HostTimer)(lambda: None)
+    spec = LatencySpec(warmup_s=0.0, target=0.0, budget_s=1e9, min_samples=n, max_samples=n)
+    cpu0 = time.process_time()
+    t = time_kernel(lambda: None, timer, spec)
+    return t.median_s, t.wall_s / n, (time.process_time() - cpu0) / n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trials", type=int, default=50, help="trials of each kind (default 50)")
+    ap.add_argument("--slowdown", type=float, default=0.10)
+    ap.add_argument("--threshold", type=float, default=0.05)
+    ap.add_argument("--budget", type=float, default=0.03, help="sampling seconds per side per round")
+    ap.add_argument("--work", type=int, default=10_000, help="loop steps of the kernel (about 0.5 ms)")
+    ap.add_argument("--max-rounds", type=int, default=24)
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    args = ap.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
+    for clock in ("cpu", "wall"):
+        sample, per, cpu = loop_overhead(clock)
+        print(f"loop overhead ({clock} clock): an empty call's sample {sample * 1e6:.2f} µs (the timer); the whole "
+              f"loop per sample {cpu * 1e6:.2f} µs CPU, {per * 1e6:.2f} µs wall")
+    spec = LatencySpec(warmup_s=0.01, budget_s=args.budget, target=0.02)
+    slow_work = int(args.work * (1 + args.slowdown))
+    same: list = []
+    slow: list = []
+    for i in range(args.trials):
+        for work_b, into in ((args.work, same), (slow_work, slow)):
+            into.append(trial(args.work, work_b, spec, args.threshold, args.max_rounds, args.clock))
+        if (i + 1) % 10 == 0:
+            print(f"  {i + 1}/{args.trials} trials of each kind, load {os.getloadavg()[0]:.2f}", flush=True)
+
+    def verdicts(rows):
+        return {v.value: sum(1 for g, _, _ in rows if g.verdict is v) for v in Verdict}
+
+    def costs(rows):
+        return (statistics.median(s for _, s, _ in rows), statistics.median(w for _, _, w in rows),
+                statistics.median(g.rounds for g, _, _ in rows))
+
+    n = args.trials
+    vs, vd = verdicts(same), verdicts(slow)
+    print(f"identical kernels ({n} trials, threshold {100 * args.threshold:g}%, {args.clock} clock): {vs}; "
+          f"false SLOWER {100 * vs['SLOWER'] / n:.1f}%, false FASTER {100 * vs['FASTER'] / n:.1f}% (goal <= 2%)")
+    print(f"kernel {100 * args.slowdown:g}% slower ({n} trials): {vd}; detected SLOWER {100 * vd['SLOWER'] / n:.1f}% "
+          f"(goal >= 90%)")
+    for name, rows in (("identical", same), ("slower", slow)):
+        s, w, r = costs(rows)
+        print(f"per decision ({name}): median {s:.0f} samples, {w:.2f} s wall, {r:.0f} rounds")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""A latency compare's verdicts from its results: per case, the baseline (first ref) against every
+other ref, each ref's samples kept round by round (docs/latency.md)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.latency.statistics import DEFAULT_THRESHOLD, Side, compare
+from harness.outcomes import Result
+
+
+MIN_ROUNDS = 6          # the fewest rounds whose per-round ratios give a 95% interval (docs/latency.md)
+
+
+def undecided(cases: list, results: list[Result], ref_names: list[str], threshold: float) -> list:
+    """The cases that need another round: some candidate still UNSURE against the baseline (a case
+    without samples on a side gets no verdict from more rounds, and is not run again)."""
+    rows = latency_rows([r for r in results if r.case_id in {c.case_id for c in cases}], ref_names, threshold)
+    unsure = {row["case_id"] for row in rows if row["latency_verdict"].get("verdict") == "UNSURE"}
+    return [c for c in cases if c.case_id in unsure]
+
+
+def _why_none(results: list[Result], ref: str) -> str:
+    """Why a ref has no samples of a case: its label or the worker's word."""
+    if not results:
+        return f"{ref}: did not run"
+    for r in results:
+        lat = r.metrics.get("latency") or {}
+        if not r.outcome.passed:
+            return f"{ref}: {r.label}, not timed"
+        if not lat.get("measured"):
+            return f"{ref}: not measured ({lat.get('why', 'no latency asked for')})"
+    return f"{ref}: no samples"
+
+
+def rounds_of(results: list[Result]) -> dict[int, tuple[float, ...]]:
+    """One case's measured samples on one ref, by round (repeat)."""
+    found = {}
+    for r in results:
+        lat = r.metrics.get("latency") or {}
+        if r.outcome.passed and lat.get("measured") and lat.get("samples_s"):
+            found[r.repeat] = tuple(lat["samples_s"])
+    return found
+
+
+def sides(a: list[Result], b: list[Result], names: tuple[str, str]) -> tuple[Side, Side] | None:
+    """The two refs' samples in the rounds both measured (paired by round), or None when there are none."""
+    ra, rb = rounds_of(a), rounds_of(b)
+    common = sorted(set(ra) & set(rb))
+    if not common:
+        return None
+    return Side(names[0], tuple(ra[i] for i in common)), Side(names[1], tuple(rb[i] for i in common))
+
+
+def latency_rows(results: list[Result], ref_names: list[str], threshold: float = DEFAULT_THRESHOLD) -> list[dict]:
+    """One row per case and candidate ref: ``{case_id, baseline, candidate, latency_verdict}``, the
+    verdict a ``Comparison.to_json()`` or ``{"error": why}`` when a side has no samples."""
+    by_case: dict[str, dict[str, list[Result]]] = {}
+    for r in results:
+        by_case.setdefault(r.case_id, {}).setdefault(r.ref or "", []).append(r)
+    rows = []
+    base = ref_names[0]
+    for case_id, per_ref in by_case.items():
+        for cand in ref_names[1:]:
+            paired = sides(per_ref.get(base, []), per_ref.get(cand, []), (base, cand))
+            if paired is None:
+                why = "; ".join(_why_none(per_ref.get(n, []), n) for n in (base, cand) if not rounds_of(per_ref.get(n, [])))
+                verdict = {"error": f"no verdict: {why or 'no round measured both'}"}
+            else:
+                verdict = compare(*paired, threshold).to_json()
+            rows.append({"case_id": case_id, "baseline": base, "candidate": cand, "latency_verdict": verdict})
+    return rows
+
+
+def against_baseline(store, baseline_run: str, results: list[Result], threshold: float = DEFAULT_THRESHOLD) -> list[dict]:
+    """This run's timed cases against stored run ``baseline_run``'s, as ``latency_rows`` (one round
+    each side: the interval is the pooled one, and the two runs were not interleaved)."""
+    before = [r for r in store.results(baseline_run) if r.case_id in {x.case_id for x in results}]
+    rows = []
+    for case_id in dict.fromkeys(r.case_id for r in results):
+        a = [r for r in before if r.case_id == case_id]
+        b = [r for r in results if r.case_id == case_id]
+        if not a:
+            rows.append({"case_id": case_id, "baseline": "baseline", "candidate": "this run",
+                         "latency_verdict": {"error": f"no verdict: run {baseline_run} has no result for this case"}})
+            continue
+        pair = [replace(a[-1], ref="baseline", repeat=0), replace(b[-1], ref="this run", repeat=0)]
+        row = latency_rows(pair, ["baseline", "this run"], threshold)[0]
+        v = row["latency_verdict"]
+        noisy = [(r.ref, r.metrics["latency"]["rel_noise"]) for r in pair
+                 if (r.metrics.get("latency") or {}).get("rel_noise", 0.0) > threshold / 2]
+        if "error" not in v and v["verdict"] in ("SLOWER", "FASTER") and noisy:
+            # two runs apart: a run that was itself noisy may have run under other conditions
+            v.update(verdict="UNSURE", why="; ".join(f"{ref}'s own noise ±{100 * x:.1f}% is over half the threshold"
+                                                     for ref, x in noisy))
+        rows.append(row)
+    return rows

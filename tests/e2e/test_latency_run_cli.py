@@ -1,0 +1,58 @@
+"""`harness run --latency`, a case file's `latency:` block and the pytest plugin's `--harness-latency`,
+end to end: the timed figures in the JSON and the terminal, a failing case not timed (said so),
+a bad block one line and exit 2."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from helpers import ROOT, run_harness
+
+CASES = textwrap.dedent("""\
+    name: lat
+    op: paged_decode_attention
+    geometry: tiny
+    batch: 2
+    seq_lens: "const(40)"
+    slot_mode: arange
+    seed: 3
+    matrix:
+      kernel: [reference, "classic_bugs.kernels:off_by_one_page"]
+    """)
+
+
+def test_run_latency_times_passing_cases_and_says_why_not_the_failing_one(tmp_path, golden_cache_dir):
+    (tmp_path / "lat.yaml").write_text(CASES)
+    proc = run_harness("run", "lat.yaml", "--latency", "--latency-budget", "0.1", "--no-store", "--no-progress",
+                       "--kernel-path", str(ROOT / "tests" / "kernels_under_test"), "--golden-cache",
+                       str(golden_cache_dir), "--json", "out.json", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr           # the buggy kernel fails its checks
+    by_kernel = {r["kernel"]: r["metrics"]["latency"] for r in json.loads((tmp_path / "out.json").read_text())["results"]}
+    good = by_kernel["reference"]
+    assert good["measured"] and good["ci_low_s"] <= good["median_s"] <= good["ci_high_s"] and good["samples"] >= 10
+    assert good["method"] == "process_time_ns" and good["bytes"] > 0 and good["gb_per_s"] > 0
+    assert by_kernel["classic_bugs.kernels:off_by_one_page"] == {
+        "measured": False, "why": "the case failed its checks: latency is measured for correct results only"}
+    assert "latency not measured: the case failed its checks" in proc.stdout
+    assert " µs (95% CI " in proc.stdout and " samples, " in proc.stdout
+
+
+def test_a_bad_latency_block_is_one_line_naming_file_line_and_field(tmp_path):
+    (tmp_path / "bad.yaml").write_text(CASES + "latency: {budget_s: -1}\n")
+    proc = run_harness("list", "bad.yaml", cwd=tmp_path)
+    assert proc.returncode == 2 and "bad.yaml:10" in proc.stderr and "latency.budget_s: must be in (0, 3600], got -1" in proc.stderr
+    (tmp_path / "bad.yaml").write_text(CASES + "latency: {budjet_s: 1}\n")
+    proc = run_harness("list", "bad.yaml", cwd=tmp_path)
+    assert proc.returncode == 2 and "unknown latency field 'budjet_s'" in proc.stderr
+
+
+def test_pytest_plugin_harness_latency(tmp_path, golden_cache_dir):
+    (tmp_path / "lat.yaml").write_text(CASES.replace(', "classic_bugs.kernels:off_by_one_page"', ""))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "lat.yaml",
+                           "--harness-latency", "--no-store", "--golden-cache", str(golden_cache_dir),
+                           "--junitxml", "j.xml", "-q"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "harness latency" in proc.stdout and "lat: " in proc.stdout and " µs (95% CI " in proc.stdout
+    assert 'name="latency_median_s"' in (tmp_path / "j.xml").read_text()
