@@ -115,9 +115,8 @@ def verify_signature(kernel: Callable, kwargs: dict[str, Any], op_name: str) -> 
 def allowed_returns(output_names: list[str]) -> str:
     """What a kernel may return, in words: the one list the return check and its message share."""
     first = f"the '{output_names[0]}' buffer"
-    if len(output_names) == 1:
-        return f"None or {first}"
-    return f"None, {first}, or the tuple ({', '.join(output_names)}) of the buffers passed in"
+    names = ", ".join(output_names) + ("," if len(output_names) == 1 else "")
+    return f"None, {first}, or the tuple ({names}) of the buffers passed in"
 
 
 def _returned_problem(ret: Any, outputs: list[GuardedBuffer]) -> str | None:

@@ -146,7 +146,7 @@ def test_single_output_op_lists_what_it_may_return():
     found = run(case(op="rope_kv_write"), returns_a_pair)
     assert found.outcome is Outcome.CONTRACT
     assert found.summary.endswith("returned a tuple of 2 (the 'query' buffer, the 'query' buffer); "
-                                  "allowed: None or the 'query' buffer"), found.summary
+                                  "allowed: None, the 'query' buffer, or the tuple (query,) of the buffers passed in"), found.summary
 
 
 # -- argmax near ties ---------------------------------------------------------------
