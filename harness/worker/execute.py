@@ -135,7 +135,8 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         exc = tagged.exc
         failure = Failure(tagged.stage, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)))
         return CaseReply(case.case_id, time.perf_counter() - t0, failure=failure,
-                         metrics=watch.disturbed.metrics(), replace_worker=watch.disturbed.replace_reason)
+                         metrics=watch.disturbed.metrics(), replace_worker=watch.disturbed.replace_reason,
+                         warnings=watch.disturbed.warnings)
     if repeats:
         plan = kept.plan if kept else memory_plan.plan(case, golden_dtype)
         repeats.keep(wanted, reuse.Kept(ci, generated, goldens, hit, launched.buffers, plan),
@@ -153,4 +154,5 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
                **({"adapter": kernel.last_call.to_metrics()} if isinstance(kernel, Adapted) else {}),
                **watch.disturbed.metrics()}
     return CaseReply(case.case_id, time.perf_counter() - t0, outcome=found.outcome, summary=found.summary,
-                     report=found.report, metrics=metrics, replace_worker=watch.disturbed.replace_reason)
+                     report=found.report, metrics=metrics, replace_worker=watch.disturbed.replace_reason,
+                     warnings=watch.disturbed.warnings)
