@@ -15,7 +15,7 @@ checks compare (the case's tolerances, the rounding spread, only the rows a chec
   whose head dims are permuted so that NeoX halves line up with GPT-J pairs (QK-norm and
   attention are invariant under that permutation), its query and k rows permuted back.
 
-Only ``MISMATCH`` cases are looked at, and only when the inputs are small enough
+Only ``MISMATCH`` cases are looked at (not an audit's mutant runs), and only when the inputs are small enough
 (``MAX_INPUT_BYTES``) that the extra goldens cost little. A hint that cannot be computed is
 no hint: the case's verdict never depends on this module.
 """
@@ -37,6 +37,9 @@ from harness.worker.inputs import CaseInputs, on_host
 from harness.worker.launch import Launched
 from harness.worker.ratio_allclose import ratio_allclose
 
+# An audit's mutant run (its case env names the operator, harness/audit/operators.py): the audit
+# reads only its outcomes, so a hint there would cost goldens and say nothing to anyone.
+AUDIT_MUTANT_VAR = "HARNESS_MUTANT"
 MAX_INPUT_BYTES = 256 << 20      # above this, no variant goldens are computed (the swap hint still is)
 SHIFTS = (1, -1)
 # Ops whose query and k rows are the rope_kv_write prologue of their own inputs: a variant is
@@ -108,7 +111,7 @@ VARIANTS = (
 def find_hint(case: Case, ci: CaseInputs, golden: dict[str, torch.Tensor], launched: Launched,
               found: Findings, golden_dtype: torch.dtype) -> str:
     """The hint for a ``MISMATCH`` case, or "" (any other outcome, or nothing the evidence shows)."""
-    if found.outcome is not Outcome.MISMATCH:
+    if found.outcome is not Outcome.MISMATCH or AUDIT_MUTANT_VAR in case.env:
         return ""
     compared = _compared(ci, launched)
     mismatched = [n for n in compared if found.metrics.get("compare", {}).get(n, {}).get("outcome") == "MISMATCH"]

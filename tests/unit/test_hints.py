@@ -90,3 +90,10 @@ def test_no_hint_for_a_correct_kernel_or_an_unrelated_bug(module, ops):
         if module.startswith("outside.") and module not in ("outside.exact_round_once", "outside.torch_sdpa") \
                 or "mutants" in module:
             assert outcome is not Outcome.PASS or op == "paged_decode_attention", (op, "the bug must show")
+
+
+def test_an_audits_mutant_run_gets_no_hint():
+    """The audit reads only outcomes: its mutant runs (their env names the operator) compute none."""
+    c = replace(case("fused_rope_decode_attention"), env={"HARNESS_MUTANT": "head_perturbed"})
+    outcome, hint = hint_of(c, "outside.rope_pairs")
+    assert outcome is Outcome.MISMATCH and hint == ""
