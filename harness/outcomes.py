@@ -79,6 +79,8 @@ class Result:
     params: dict[str, Any] = field(default_factory=dict)
     sticky: bool = False                  # the worker must be replaced before the next case
     ref: str | None = None                # the kernel-library ref it ran on (compare, bisect), else None
+    warnings: tuple[str, ...] = ()        # what the user must know that is not a failure (the worker undid an env change)
+    hint: str = ""                        # what a wholesale mismatch looks like ("looks like interleaved RoPE"), or ""
 
     @property
     def label(self) -> str:
@@ -94,4 +96,6 @@ class Result:
     def from_json(cls, data: dict[str, Any]) -> "Result":
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         fields["outcome"] = Outcome(fields["outcome"])
+        if "warnings" in fields:
+            fields["warnings"] = tuple(fields["warnings"] or ())
         return cls(**fields)

@@ -75,7 +75,11 @@ def stored_document(store: Store, run_id: str) -> dict:
 # ``history --kind``: the stored run kinds of each command (a session's child runs, and
 # ``bisect-run``, belong to their command's family).
 KIND_FAMILIES = {"run": ("run", "pytest"), "flake": ("flake",), "compare": ("compare", "compare-ref"),
-                 "bisect": ("bisect", "bisect-step", "bisect-run")}
+                 "bisect": ("bisect", "bisect-step", "bisect-run"), "audit": ("audit", "audit-mutant")}
+
+# Runs of a kernel that is not the user's: an audit's mutation operators.  Their failures are
+# the mutant's, never the case's; a history lists them only on request, apart and named.
+MUTANT_KINDS = ("audit-mutant",)
 
 
 @dataclass(frozen=True)
@@ -83,23 +87,33 @@ class HistoryEntry:
     """One entry of a case's history: ``row`` as ``Store.history`` gives it (``run_id, case_id, kind,
     ref, ref_sha, started, devices, total, passed, failed, counts, outcomes``); for a session (a
     bisect, a compare) ``row`` is the parent run with its steps' counts summed, and ``steps`` its
-    child runs' rows, oldest first."""
+    child runs' rows, oldest first.  ``mutants``: with ``case_history(..., mutants=True)``, an
+    audit's mutant runs of the case, each row with a ``mutant`` name; never summed into ``row``."""
 
     row: dict
     steps: tuple[dict, ...] = ()
+    mutants: tuple[dict, ...] = ()
 
 
-def case_history(store: Store, pattern: str, kind: str | None = None) -> list[HistoryEntry]:
+def case_history(store: Store, pattern: str, kind: str | None = None, *,
+                 mutants: bool = False) -> list[HistoryEntry]:
     """The stored runs with results for a case matching ``pattern`` (``Store.history``), of the
     ``KIND_FAMILIES[kind]`` kinds when ``kind`` is given, child runs grouped under their parent;
-    oldest first."""
+    oldest first.  Only runs of the user's kernel count: an audit's mutant runs are left out,
+    or with ``mutants`` listed under their audit's own row, named by operator."""
     rows = store.history(pattern)
     if kind is not None:
         rows = [row for row in rows if row["kind"] in KIND_FAMILIES[kind]]
     grouped: dict[tuple, tuple[dict, list[dict]]] = {}
+    apart: dict[tuple, list[dict]] = {}
     parents: dict[str, dict | None] = {}
     for row in rows:
         parent_id = row.get("parent_id")
+        if row["kind"] in MUTANT_KINDS:
+            if mutants:
+                apart.setdefault((parent_id, row["case_id"], row["ref"]), []).append(
+                    {**row, "mutant": _mutant_name(store.run(row["run_id"]))})
+            continue
         if parent_id is None:
             grouped[(row["run_id"], row["case_id"], row["ref"])] = (row, [])
             continue
@@ -107,8 +121,22 @@ def case_history(store: Store, pattern: str, kind: str | None = None) -> list[Hi
             parents[parent_id] = store.run(parent_id)
         grouped.setdefault((parent_id, row["case_id"]), (_parent_row(parent_id, parents[parent_id], row), []))[1] \
             .append(row)
-    return [HistoryEntry(_summed(head, steps), tuple(steps)) if steps else HistoryEntry(head)
-            for head, steps in grouped.values()]
+    entries = []
+    for key, (head, steps) in grouped.items():
+        entry = HistoryEntry(_summed(head, steps), tuple(steps)) if steps else HistoryEntry(head)
+        entries.append(HistoryEntry(entry.row, entry.steps, tuple(apart.pop(key, ()))))
+    for (parent_id, _, _), rows_apart in apart.items():     # the audit's own row is not there (--kind)
+        head = _parent_row(parent_id, store.run(parent_id), rows_apart[0])
+        entries.append(HistoryEntry({**head, "devices": [], "total": 0, "passed": 0, "failed": 0,
+                                     "counts": {}, "outcomes": {}}, (), tuple(rows_apart)))
+    return sorted(entries, key=lambda e: e.row["started"])
+
+
+def _mutant_name(run: dict | None) -> str:
+    """The operator an audit-mutant run applied, as its ``extra`` names it."""
+    extra = run["extra"] if run else {}
+    name = str(extra.get("mutant") or "?")
+    return f"{name} (sensitivity step)" if extra.get("sensitivity") else name
 
 
 def _parent_row(parent_id: str, run: dict | None, first_step: dict) -> dict:

@@ -29,6 +29,7 @@ from harness.run.engine import Planned
 from harness.run.options import ResumeOptions, kernel_paths
 from harness.run.session import Addendum, Recorded, document, execute, terminated_as_interrupt
 from harness.store import Store
+from harness.stored import MUTANT_KINDS
 
 
 def cmd_flake(args) -> int:
@@ -211,8 +212,12 @@ def _hunt_summaries(ref: str, path_of_store: str, conf: float) -> tuple[str, dic
             raise UsageError(f"--compare {ref}: {exc}") from None
         return str(path), summarize_hunt(results, conf)
     with Store(path_of_store) as store:
-        if store.run(ref) is None:
+        run = store.run(ref)
+        if run is None:
             raise UsageError(f"--compare {ref}: no such run in {store.path} (nor a file)")
+        if run["kind"] in MUTANT_KINDS:
+            raise UsageError(f"--compare {ref}: a run of audit mutant {run['extra'].get('mutant')!r}, not of your "
+                             f"kernel; its audit's own run is {run['parent_id']}")
         return ref, summarize_hunt(store.results(ref, include_resumes=True), conf)
 
 

@@ -312,9 +312,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_hist = sub.add_parser("history", parents=[common], help="a case's results across stored runs")
     p_hist.add_argument("pattern", help="case id: a glob with * and ?, else a substring")
     p_hist.add_argument("--kind", choices=tuple(KIND_FAMILIES), default=None,
-                        help="only runs of this command (bisect: its steps and bisect-run too; compare: its refs)")
+                        help="only runs of this command (bisect: its steps and bisect-run too; compare: its refs; "
+                             "audit: its unmutated runs)")
     p_hist.add_argument("--limit", type=int, default=50,
                         help="newest N entries (default 50; a bisect or compare is one entry with its steps)")
+    p_hist.add_argument("--mutants", action="store_true",
+                        help="also list an audit's mutant runs of the case, named, under the audit "
+                             "(never counted as the case's)")
     _add_store(p_hist)
     return parser
 

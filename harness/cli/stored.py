@@ -94,7 +94,7 @@ def _audit_file(path: str) -> dict | None:
 
 def cmd_history(args) -> int:
     with Store(store_path(args)) as store:
-        entries = case_history(store, args.pattern, args.kind)
+        entries = case_history(store, args.pattern, args.kind, mutants=args.mutants)
     if not entries:
         kind = f" (--kind {args.kind})" if args.kind else ""
         raise UsageError(f"no stored results for a case matching {args.pattern!r}{kind} in {store.path}")
@@ -104,11 +104,15 @@ def cmd_history(args) -> int:
         print(_history_line(entry.row, ""))
         for step in entry.steps:
             print(_history_line(step, "  "))
+        for mutant in entry.mutants:       # another kernel's runs: named, with the case they ran
+            print(_history_line({**mutant, "case_id": f"{mutant['case_id']} [mutant {mutant['mutant']}]"}, "  ",
+                                named=True))
     return EXIT_OK
 
 
-def _history_line(g: dict, indent: str) -> str:
-    """One row; a session's steps are indented under it (``indent``) and leave their case id to it."""
+def _history_line(g: dict, indent: str, *, named: bool = False) -> str:
+    """One row; a session's steps are indented under it (``indent``) and leave their case id to it
+    (an audit's mutants, ``named``, keep theirs: it says which mutant ran)."""
     when = _dt.datetime.fromtimestamp(g["started"]).strftime("%Y-%m-%d %H:%M:%S")
     ref = g["ref"] or "-"
     if ".." in ref:                 # a bisect's range, good..bad
@@ -117,7 +121,7 @@ def _history_line(g: dict, indent: str) -> str:
     ran = g["total"] - g["outcomes"].get(Outcome.SKIPPED.value, 0)
     rate = f"{100.0 * g['failed'] / ran:.1f}%" if ran else "-"
     counts = ", ".join(f"{n} {label}" for label, n in sorted(g["counts"].items(), key=lambda kv: -kv[1]))
-    case = "" if indent else g["case_id"]
+    case = g["case_id"] if named or not indent else ""
     return (f"{when}  {indent + g['run_id']:<22} {g['kind'] or '-':<12} {','.join(g['devices']) or '-':<9} "
             f"{ref:<19} {g['total']:>4}  {counts:<15} {rate:>9}  {_latency(g):<11}  {case}").rstrip()
 

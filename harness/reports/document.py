@@ -176,6 +176,12 @@ class FailureGroup:
         return text + (f" and {len(others) - len(shown)} more" if len(others) > len(shown) else "")
 
 
+def result_warnings(results: Iterable[Result]) -> list[tuple[str, str]]:
+    """``(case id, warning)`` for every result's ``warnings``, once each (a hunt's repeats say it
+    once), in the order the results came."""
+    return list(dict.fromkeys((r.case_id, w) for r in results for w in r.warnings))
+
+
 def failure_groups(results: Iterable[Result]) -> list[FailureGroup]:
     """The failing results grouped by (case id, label), in order of each group's first failure."""
     groups: dict[tuple[str, str], list[Result]] = {}

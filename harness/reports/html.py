@@ -33,7 +33,7 @@ from harness.logs import clean_text, log_tail
 from harness.outcome_table import label_counts
 from harness.reports.document import (
     FLAKE_COLUMNS, FailureGroup, failing, failure_groups, flake_confidence, flake_rows, kind_of, outcome_table,
-    provenance_items, results_of, totals_text,
+    provenance_items, result_warnings, results_of, totals_text,
 )
 
 __all__ = ["MAX_DETAILED", "render_html", "write_html"]
@@ -97,6 +97,15 @@ def _csp() -> str:
     style = base64.b64encode(hashlib.sha256(_CSS.encode()).digest()).decode()
     return (f"default-src 'none'; img-src data:; style-src 'sha256-{style}'; "
             f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'")
+
+
+def _warnings(out: list[str], results) -> None:
+    """What results say the user must know that is not a failure (``Result.warnings``), once each."""
+    warned = result_warnings(results)
+    if warned:
+        out.append('<section id="warnings"><h2>Warnings on results</h2><ul>')
+        out += [f"<li><code>{_e(case_id)}</code>: {_e(text)}</li>" for case_id, text in warned]
+        out.append("</ul></section>")
 
 
 def _summary(out: list[str], results, failed_labels: set[str]) -> None:
@@ -287,6 +296,7 @@ def render_html(doc: Mapping[str, Any], *, max_detailed: int = MAX_DETAILED, ren
     _flake(out, doc)
     out += latency_section(doc, results)          # a latency compare: verdicts and distributions
     _matrices(out, doc, anchors)
+    _warnings(out, results)
     out.append(f'<section id="failures"><h2>Failures ({len(bad)})</h2>')
     if bad:
         out.append(f'<p class="note">{len(bad)} failing results in {len(groups)} entries: one per case and '

@@ -29,7 +29,7 @@ from harness.reports.latency_text import markdown_table
 from harness.outcome_table import label_counts
 from harness.reports.document import (
     FLAKE_COLUMNS, FailureGroup, failing, failure_groups, flake_confidence, flake_rows, kind_of, outcome_table,
-    provenance_items, results_of, totals_text,
+    provenance_items, result_warnings, results_of, totals_text,
 )
 
 __all__ = ["MAX_CHARS", "escape", "fenced", "render_markdown"]
@@ -167,6 +167,14 @@ def _flake(doc: Mapping[str, Any]) -> list[str]:
     return ["", "### Flake statistics", ""] + _table(header, [[escape(v) for v in row] for row in rows])
 
 
+def _warnings(results) -> list[str]:
+    """What results say the user must know that is not a failure (``Result.warnings``), once each."""
+    warned = result_warnings(results)
+    if not warned:
+        return []
+    return ["", "### Warnings on results", ""] + [f"- {escape(case_id)}: {escape(text)}" for case_id, text in warned]
+
+
 def _entry(g: FailureGroup) -> list[str]:
     """``- **CRASH** ×8 case (npu:0, repeats 0-7, seed 1): summary`` and its log line."""
     times = f" {g.times}" if g.times else ""
@@ -248,7 +256,7 @@ def render_markdown(doc: Mapping[str, Any], *, max_chars: int = MAX_CHARS) -> st
     results = results_of(doc)
     head = _header(doc, results) + [""] + _counts(results)
     # a bisect's steps would make one column per commit: its tally table says it better
-    body = _bisect(doc) + _latency(doc) + ([] if doc.get("bisect") else _matrices(doc)) + _flake(doc)
+    body = _bisect(doc) + _latency(doc) + ([] if doc.get("bisect") else _matrices(doc)) + _flake(doc) + _warnings(results)
     text = "\n".join(head + body)
     note = "\n\n_Tables cut here to fit a comment; the JSON, JUnit and HTML reports have everything._"
     if len(text) > max_chars:

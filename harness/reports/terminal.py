@@ -19,7 +19,7 @@ from rich.text import Text
 from harness.outcome_table import NEAR_TIE, PASS, passed_text
 from harness.formats import blocking_rerun_text, printable
 from harness.outcomes import Outcome, Result
-from harness.reports.document import failure_groups
+from harness.reports.document import failure_groups, result_warnings
 
 _STYLE = {Outcome.PASS: "green", Outcome.NEAR_TIE: "green", Outcome.SKIPPED: "yellow"}
 
@@ -141,6 +141,11 @@ class Reporter:
                     self.console.print(printable(f"  {g.case_id}{iteration}: {g.log}"), markup=False, soft_wrap=True)
                     if g.other_logs:
                         self.console.print(printable(f"    other logs {g.other_logs}"), markup=False, soft_wrap=True)
+        warned = result_warnings(results)
+        if warned:     # not failures: what a result says the user must know (docs/reports.md)
+            self.console.print("warnings on results:", markup=False)
+            for case_id, text in warned:
+                self.console.print(printable(f"  {case_id}: {text}"), markup=False, soft_wrap=True)
         gc = summary["golden_cache"]
         near_tie = summary.get("outcomes", {}).get(NEAR_TIE, 0)
         self.console.print(

@@ -571,7 +571,7 @@ class DeviceWorker:
         if failure is None:
             return Result(outcome=reply.outcome, summary=reply.summary, report=reply.report,
                           metrics=reply.metrics, duration_s=reply.duration_s, sticky=bool(reply.replace_worker),
-                          **base)
+                          warnings=tuple(reply.warnings), hint=reply.hint, **base)
         if failure.stage.harness_side:
             cls = Classification(Outcome.HARNESS_ERROR, None,
                                  f"harness failed in {failure.stage.value}: {failure.exc_type}: "
@@ -585,7 +585,7 @@ class DeviceWorker:
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary,
                       report=failure.traceback, duration_s=reply.duration_s,
                       sticky=cls.sticky or bool(reply.replace_worker),
-                      metrics={**_fault_metrics(cls), **reply.metrics}, **base)
+                      metrics={**_fault_metrics(cls), **reply.metrics}, warnings=tuple(reply.warnings), **base)
 
     def _corrupted(self, detail: str, base: dict, log_path: Path, started: float) -> Result:
         """Bytes in the pipe that are not this launch's reply (a kernel wrote into an inherited fd)."""

@@ -20,6 +20,7 @@ from harness.adapters import Adapted
 from harness.goldens.cache import GoldenCache
 from harness.worker import checks
 from harness.worker import determinism
+from harness.worker import hints
 from harness.worker import hygiene
 from harness.worker import inputs
 from harness.worker import repeats as reuse
@@ -97,6 +98,16 @@ def _latency(case: Case, ci, launched, kernel, torch_device, device: Device, bac
         return timing.not_measured(f"a timed call raised {type(exc).__name__}: {exc}")
 
 
+def _hint(case: Case, ci: inputs.CaseInputs, goldens: dict[str, torch.Tensor], launched, found: checks.Findings,
+          golden_dtype: str) -> tuple[str, str]:
+    """``(hint, "")``, or ``("", why)`` when the hint could not be computed: a hint is advice, so
+    its failure keeps the checks' verdict and is said in ``metrics.hint_error``."""
+    try:
+        return hints.find_hint(case, ci, goldens, launched, found, GOLDEN_DTYPES[golden_dtype]), ""
+    except Exception as exc:  # noqa: BLE001 (said in the result, never hides the verdict)
+        return "", f"{type(exc).__name__}: {exc}"
+
+
 def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,
                  loader: KernelLoader, golden_dtype: str = "fp32", *, golden: GoldenRef | None = None,
                  repeat: int = 0, baseline: str | None = None,
@@ -141,6 +152,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         # on the kernel's device: only what the report prints comes to the host
         found = hygiene.with_findings(_stage(Stage.CHECK, checks.run_checks, case, ci, goldens, launched),
                                       watch.disturbed)
+        hint, hint_error = _hint(case, ci, goldens, launched, found, golden_dtype)
         bits = None
         if baseline:
             bits = _stage(Stage.DETERMINISM, determinism.diff_against_baseline,
@@ -152,7 +164,8 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         exc = tagged.exc
         failure = Failure(tagged.stage, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)))
         return CaseReply(case.case_id, time.perf_counter() - t0, failure=failure,
-                         metrics=watch.disturbed.metrics(), replace_worker=watch.disturbed.replace_reason)
+                         metrics=watch.disturbed.metrics(), replace_worker=watch.disturbed.replace_reason,
+                         warnings=watch.disturbed.warnings)
     if repeats:
         plan = kept.plan if kept else memory_plan.plan(case, golden_dtype)
         repeats.keep(wanted, reuse.Kept(ci, generated, goldens, hit, launched.buffers, plan),
@@ -169,6 +182,9 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
                **({"latency": latency} if latency is not None else {}),
                # what an adapted kernel copied, which the buffer checks cannot see (docs/adapters.md)
                **({"adapter": kernel.last_call.to_metrics()} if isinstance(kernel, Adapted) else {}),
+               **({"hint_error": hint_error} if hint_error else {}),
                **watch.disturbed.metrics()}
-    return CaseReply(case.case_id, time.perf_counter() - t0, outcome=found.outcome, summary=found.summary,
-                     report=found.report, metrics=metrics, replace_worker=watch.disturbed.replace_reason)
+    return CaseReply(case.case_id, time.perf_counter() - t0, outcome=found.outcome,
+                     summary=found.summary + (f"; hint: {hint}" if hint else ""),
+                     report=found.report + (f"\nhint: {hint}" if hint else ""), metrics=metrics,
+                     replace_worker=watch.disturbed.replace_reason, warnings=watch.disturbed.warnings, hint=hint)

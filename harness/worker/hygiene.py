@@ -175,6 +175,7 @@ class Disturbance:
 
     findings: tuple[str, ...] = ()       # one line each: "torch default dtype float32 → float64"
     restored: tuple[str, ...] = ()       # environment variables and the cwd, put back (no finding)
+    warnings: tuple[str, ...] = ()       # the same, said to the user on the case's result (``put_back_warnings``)
 
     def metrics(self) -> dict[str, Any]:
         """The case's ``metrics["hygiene"]``, only when there is something to say."""
@@ -315,7 +316,32 @@ def settle(before: Snapshot) -> Disturbance:
         time.sleep(0.005)
         left = leftovers(before, replace(after, **_running()))
     findings += [f"the kernel left {what}" for what in left]
-    return Disturbance(tuple(findings), tuple(restore(before, after, bool(state))))
+    return Disturbance(tuple(findings), tuple(restore(before, after, bool(state))),
+                       put_back_warnings(before, after))
+
+
+def put_back_warnings(before: Snapshot, after: Snapshot) -> tuple[str, ...]:
+    """One line per kind of change the worker undid after the case (no finding: a kernel may
+    set a variable for itself), because it matters to the cases after it: a kernel that sets
+    a variable at import sees it in its first case only; the kernel is imported once per
+    worker, so every later case in that worker runs without it."""
+    out = []
+    keys = sorted(k for k in before.environ.keys() | after.environ.keys()
+                  if before.environ.get(k) != after.environ.get(k))
+    if keys:
+        how = {k: "set" if k not in before.environ else "removed" if k not in after.environ else "changed"
+               for k in keys}
+        listed = ", ".join(f"{k} ({how[k]})" for k in keys[:_MAX_NAMED]) + \
+            (f", and {len(keys) - _MAX_NAMED} more" if len(keys) > _MAX_NAMED else "")
+        out.append(f"the kernel changed the environment: {listed}; put back after this case, so later "
+                   f"cases in this worker do not see the change")
+    if after.cwd != before.cwd:
+        out.append(f"the kernel changed the working directory to {after.cwd}; put back to {before.cwd} "
+                   f"after this case, so later cases in this worker do not see the change")
+    return tuple(out)
+
+
+_MAX_NAMED = 8     # variables named in a warning; the rest are counted
 
 
 def with_findings(found: Findings, disturbed: Disturbance) -> Findings:

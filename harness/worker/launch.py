@@ -112,25 +112,50 @@ def verify_signature(kernel: Callable, kwargs: dict[str, Any], op_name: str) -> 
         ) from None
 
 
+def allowed_returns(output_names: list[str]) -> str:
+    """What a kernel may return, in words: the one list the return check and its message share."""
+    first = f"the '{output_names[0]}' buffer"
+    names = ", ".join(output_names) + ("," if len(output_names) == 1 else "")
+    return f"None, {first}, or the tuple ({names}) of the buffers passed in"
+
+
 def _returned_problem(ret: Any, outputs: list[GuardedBuffer]) -> str | None:
-    """None when ``ret`` is None, the first output, or all outputs in declared order."""
+    """None when ``ret`` is None, the first output, or all outputs in declared order; else what
+    was returned and what is allowed, in one line."""
     if ret is None:
         return None
 
     def same(t: Any, buf: GuardedBuffer) -> bool:
         return isinstance(t, torch.Tensor) and t.data_ptr() == buf.view.data_ptr() and t.shape == buf.view.shape
 
+    def what(t: Any) -> str:
+        for buf in outputs:
+            if same(t, buf):
+                return f"the '{buf.name}' buffer"
+        if isinstance(t, torch.Tensor):
+            return f"a tensor {tuple(t.shape)} {t.dtype} the harness did not pass in"
+        return type(t).__name__
+
     if same(ret, outputs[0]):
         return None
-    if isinstance(ret, (tuple, list)) and len(ret) == len(outputs) and all(map(same, ret, outputs)):
-        return None
+    allowed = allowed_returns([b.name for b in outputs])
+    if isinstance(ret, (tuple, list)):
+        kind = type(ret).__name__
+        if len(ret) == len(outputs) and all(map(same, ret, outputs)):
+            return None
+        if len(ret) != len(outputs):
+            got = ", ".join(what(t) for t in ret[:4]) + (", ..." if len(ret) > 4 else "")
+            return f"returned a {kind} of {len(ret)} ({got}); allowed: {allowed}"
+        wrong = next(i for i, (t, buf) in enumerate(zip(ret, outputs)) if not same(t, buf))
+        return (f"returned a {kind} whose element {wrong} is {what(ret[wrong])}, not the "
+                f"'{outputs[wrong].name}' buffer; allowed: {allowed}")
     for buf in outputs[1:]:
         if same(ret, buf):
-            return f"returned the '{buf.name}' buffer instead of '{outputs[0].name}'"
+            return f"returned the '{buf.name}' buffer instead of '{outputs[0].name}'; allowed: {allowed}"
     if isinstance(ret, torch.Tensor):
         return (f"returned a tensor {tuple(ret.shape)} {ret.dtype} that is not the '{outputs[0].name}' "
-                f"buffer the harness passed in")
-    return f"returned {type(ret).__name__}, expected None or the '{outputs[0].name}' tensor"
+                f"buffer the harness passed in; allowed: {allowed}")
+    return f"returned {type(ret).__name__}; allowed: {allowed}"
 
 
 class Buffers:

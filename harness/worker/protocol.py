@@ -192,12 +192,15 @@ class CaseReply:
     failure: Failure | None = None
     nonce: str = ""                    # the request's (serve sets it)
     replace_worker: str = ""           # why the worker must not run another case ("" when it may)
+    warnings: tuple[str, ...] = ()     # what the user must know about the case that is not a failure
+    hint: str = ""                     # what a wholesale mismatch looks like (harness/worker/hints.py), or ""
 
     def to_wire(self) -> dict[str, Any]:
         failure = self.failure
         return {
             "message": self.kind, "case_id": self.case_id, "duration_s": self.duration_s,
             "nonce": self.nonce, "replace_worker": self.replace_worker,
+            "warnings": list(self.warnings), "hint": self.hint,
             "outcome": self.outcome.value if self.outcome else None,
             "summary": self.summary, "report": self.report, "metrics": self.metrics,
             "failure": None if failure is None else {
@@ -213,7 +216,8 @@ class CaseReply:
                    summary=data["summary"], report=data["report"], metrics=data["metrics"],
                    failure=None if failure is None else Failure(
                        Stage(failure["stage"]), failure["exc_type"], failure["message"], failure["traceback"]),
-                   nonce=data["nonce"], replace_worker=data["replace_worker"])
+                   nonce=data["nonce"], replace_worker=data["replace_worker"],
+                   warnings=tuple(data.get("warnings", ())), hint=data.get("hint", ""))
 
     def brief(self) -> str:
         if self.failure is not None:

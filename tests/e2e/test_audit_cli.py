@@ -84,3 +84,36 @@ def test_a_stored_audit_is_rendered_again_by_harness_report(tmp_path, golden_cac
     assert json.loads((tmp_path / "again.json").read_text()) == json.loads(out.read_text())
     refused = run_harness("report", run_id, "--store", str(store), "--junit", str(tmp_path / "j.xml"), cwd=tmp_path)
     assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0 and "--junit" in refused.stderr
+
+
+def test_a_case_history_counts_only_the_users_kernel_and_names_the_mutants(tmp_path, golden_cache_dir):
+    """After an audit, ``harness history CASE`` shows the audit's own run of the case (0% failed:
+    the mutants' failures are not the case's); ``--mutants`` lists each mutant run under it with
+    the case and the operator's name; ``flake --compare`` refuses a mutant's run in one line."""
+    store = tmp_path / "results.sqlite"
+    matrix = write_case_file(tmp_path / "cases", "m.yaml", BLIND)
+    proc = run_harness("audit", str(matrix), "--store", str(store), "--golden-cache", str(golden_cache_dir),
+                       "--log-dir", str(tmp_path / "logs"), "--mutants", MUTANTS, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    audit_id = proc.stdout.split("audit run ")[1].split()[0]
+
+    plain = run_harness("history", "blind", "--store", str(store), cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    rows = plain.stdout.splitlines()[1:]
+    assert len(rows) == 1 and audit_id in rows[0] and " audit " in rows[0], plain.stdout
+    assert "1 PASS" in rows[0] and "0.0%" in rows[0] and rows[0].endswith("  blind")
+
+    shown = run_harness("history", "blind", "--mutants", "--store", str(store), cwd=tmp_path)
+    rows = shown.stdout.splitlines()[1:]
+    assert rows[0] == plain.stdout.splitlines()[1]           # the audit's row is unchanged
+    assert len(rows) == 3 and all("audit-mutant" in r for r in rows[1:]), shown.stdout
+    assert rows[1].endswith("blind [mutant slot_minus_one_write]") and "1 PASS" in rows[1]
+    assert rows[2].endswith("blind [mutant nan_element]") and "1 NONFINITE" in rows[2] and "100.0%" in rows[2]
+    assert run_harness("history", "blind", "--kind", "audit", "--store", str(store),
+                       cwd=tmp_path).stdout == plain.stdout
+
+    mutant_id = rows[2].split()[2]
+    refused = run_harness("flake", "--compare", audit_id, mutant_id, "--store", str(store), cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0, refused.stderr
+    assert f"a run of audit mutant 'nan_element', not of your kernel; its audit's own run is {audit_id}" \
+        in refused.stderr

@@ -51,7 +51,27 @@ def test_a_bisect_is_one_entry_with_its_steps_under_it(store_path):
         assert [e.row["kind"] for e in case_history(store, "kpkg", "run")] == ["run"]
         assert [e.row["kind"] for e in case_history(store, "kpkg", "flake")] == ["flake"]
         assert [e.row["kind"] for e in case_history(store, "kpkg", "compare")] == ["compare"]
-    assert set(KIND_FAMILIES) == {"run", "flake", "compare", "bisect"}
+    assert set(KIND_FAMILIES) == {"run", "flake", "compare", "bisect", "audit"}
+
+
+def test_an_audits_mutant_runs_are_not_the_cases_and_are_named_on_request(tmp_path):
+    """The audit's own run of the case is its entry, its counts its own; the mutants' runs are
+    left out, or listed apart under it with the operator's name, never summed into it."""
+    with Store(tmp_path / "r.sqlite") as store:
+        audit = _run(store, "audit", [Outcome.PASS])
+        for name, outcome in (("out_is_query", Outcome.MISMATCH), ("nan_element", Outcome.NONFINITE)):
+            _run(store, "audit-mutant", [outcome], parent_id=audit, extra={"mutant": name})
+        _run(store, "audit-mutant", [Outcome.PASS], parent_id=audit,
+             extra={"mutant": "head_perturbed", "sensitivity": True})
+        (entry,) = case_history(store, "kpkg")
+        assert entry.row["run_id"] == audit and (entry.row["total"], entry.row["failed"]) == (1, 0)
+        assert entry.steps == () and entry.mutants == ()
+        (entry,) = case_history(store, "kpkg", mutants=True)
+        assert (entry.row["total"], entry.row["failed"]) == (1, 0)
+        assert [(m["mutant"], m["failed"], m["case_id"]) for m in entry.mutants] == [
+            ("out_is_query", 1, CASE), ("nan_element", 1, CASE), ("head_perturbed (sensitivity step)", 0, CASE)]
+        assert [e.row["kind"] for e in case_history(store, "kpkg", "audit")] == ["audit"]
+        assert case_history(store, "kpkg", "run") == []
 
 
 def test_history_prints_the_group_and_filters_by_kind(store_path, capsys):

@@ -34,6 +34,26 @@ def test_environment_and_cwd_are_put_back_without_a_finding(tmp_path, monkeypatc
     assert "HYGIENE_UNIT" not in os.environ and os.getcwd() == str(tmp_path)
     assert disturbed.findings == () and not disturbed.replace_reason
     assert disturbed.restored == ("environment variable HYGIENE_UNIT", "working directory /")
+    assert disturbed.warnings == (
+        "the kernel changed the environment: HYGIENE_UNIT (set); put back after this case, so later cases in "
+        "this worker do not see the change",
+        f"the kernel changed the working directory to /; put back to {tmp_path} after this case, so later cases "
+        "in this worker do not see the change")
+
+
+def test_the_warning_says_how_each_variable_changed_and_counts_past_eight(monkeypatch):
+    monkeypatch.setenv("HYGIENE_CHANGED", "a")
+    monkeypatch.setenv("HYGIENE_REMOVED", "b")
+
+    def act():
+        os.environ["HYGIENE_CHANGED"] = "c"
+        del os.environ["HYGIENE_REMOVED"]
+        os.environ.update({f"HYGIENE_NEW{i}": "1" for i in range(8)})
+
+    (warning,) = window(act).warnings
+    assert warning.startswith("the kernel changed the environment: HYGIENE_CHANGED (changed), HYGIENE_NEW0 (set), ")
+    assert "HYGIENE_REMOVED" not in warning and warning.count("(set)") == 7 and ", and 2 more; put back" in warning
+    assert os.environ["HYGIENE_CHANGED"] == "a" and os.environ["HYGIENE_REMOVED"] == "b"
 
 
 def test_torch_settings_are_findings_and_are_put_back():

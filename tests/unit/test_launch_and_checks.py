@@ -115,9 +115,14 @@ def test_oob_write_takes_precedence_over_everything_it_causes():
     (lambda kw: None, None),
     (lambda kw: kw["out"], None),
     (lambda kw: (kw["out"], kw["query"]), None),
+    (lambda kw: [kw["out"], kw["query"]], None),
     (lambda kw: kw["query"], "returned the 'query' buffer instead of 'out'"),
     (lambda kw: kw["out"].clone(), "not the 'out' buffer"),
-    (lambda kw: 3, "returned int"),
+    (lambda kw: 3, "returned int; allowed: None, the 'out' buffer, or the tuple (out, query) of the buffers passed in"),
+    (lambda kw: (kw["query"], kw["out"]), "returned a tuple whose element 0 is the 'query' buffer, not the 'out' buffer"),
+    (lambda kw: (kw["out"], kw["query"].clone()),
+     "element 1 is a tensor (4, 4, 32) torch.bfloat16 the harness did not pass in, not the 'query' buffer"),
+    (lambda kw: (kw["out"],), "returned a tuple of 1 (the 'out' buffer); allowed: None, the 'out' buffer, or the tuple"),
 ])
 def test_returned_buffer_check(returned, expected):
     def kernel(**kw):
@@ -128,7 +133,20 @@ def test_returned_buffer_check(returned, expected):
     if expected is None:
         assert found.outcome is Outcome.PASS, found.report
     else:
-        assert found.outcome is Outcome.CONTRACT and expected in found.summary
+        assert found.outcome is Outcome.CONTRACT and expected in found.summary, found.summary
+        assert found.summary.endswith("allowed: None, the 'out' buffer, or the tuple (out, query) of the buffers "
+                                      "passed in")
+
+
+def test_single_output_op_lists_what_it_may_return():
+    def returns_a_pair(**kw):
+        reference.rope_kv_write(**kw)
+        return kw["query"], kw["query"]
+
+    found = run(case(op="rope_kv_write"), returns_a_pair)
+    assert found.outcome is Outcome.CONTRACT
+    assert found.summary.endswith("returned a tuple of 2 (the 'query' buffer, the 'query' buffer); "
+                                  "allowed: None, the 'query' buffer, or the tuple (query,) of the buffers passed in"), found.summary
 
 
 # -- argmax near ties ---------------------------------------------------------------

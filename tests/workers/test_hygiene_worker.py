@@ -119,3 +119,22 @@ def test_a_forged_reply_without_the_launchs_nonce_is_not_the_verdict(worker, tmp
     assert forged.outcome is Outcome.CRASH, forged.summary
     assert forged.summary == "worker protocol corrupted: a reply for case 'forged' with another launch's nonce"
     assert run(worker, tmp_path, "reference", "after").outcome is Outcome.PASS
+
+
+def test_an_environment_put_back_is_a_warning_on_the_result_that_made_it(worker, tmp_path):
+    """Not a failure: the case passes, its result says which variables were put back; the next
+    case of the same kernel (imported once, so it does not set them again) has no warning."""
+    first = run(worker, tmp_path, "sets_env_and_cwd", "env")
+    assert first.outcome is Outcome.PASS and len(first.warnings) == 2, first.warnings
+    assert first.warnings[0] == ("the kernel changed the environment: HARNESS_HOSTILE_MARKER (set); put back "
+                                 "after this case, so later cases in this worker do not see the change")
+    assert first.warnings[1].startswith("the kernel changed the working directory to /; put back to ")
+    at_import = [worker.run(replace(case("reference", f"imp{seed}", seed=seed),
+                                    kernel="hostile.env_at_import:rope_kv_write"), tmp_path / f"imp{seed}.log")
+                 for seed in (1, 2)]
+    assert [r.outcome for r in at_import] == [Outcome.PASS, Outcome.PASS]
+    assert at_import[0].warnings == ("the kernel changed the environment: HARNESS_HOSTILE_TUNING (set); put back "
+                                     "after this case, so later cases in this worker do not see the change",)
+    assert at_import[1].warnings == ()
+    clean = run(worker, tmp_path, "reference", "clean")
+    assert clean.outcome is Outcome.PASS and clean.warnings == ()
