@@ -42,7 +42,7 @@ from harness.devices import Device
 from harness.errors import HarnessError
 from harness.logs import LOG_CAP_BYTES, cap_log
 from harness.outcomes import Outcome, Result
-from harness.processes import TERM_GRACE_S, kill_group, terminate
+from harness.processes import TERM_GRACE_S, helper_output, kill_group, kill_tree, terminate
 from harness.worker import protocol
 
 
@@ -133,7 +133,10 @@ _zygote_lock = threading.Lock()
 _zygote_context = None
 
 
-def zygote():
+def zygote(log_dir: Path):
+    """The forkserver context, its server started on first use with its output (and the resource
+    tracker's) in ``log_dir/zygote-<pid>.log``: neither holds the front end's stdout or stderr, so
+    a pipeline reading the harness (``harness run ... | cat``) ends with the harness."""
     global _zygote_context
     with _zygote_lock:
         if _zygote_context is None:
@@ -142,6 +145,10 @@ def zygote():
                 os.environ.setdefault(key, value)
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(ZYGOTE_PRELOAD)
+            from multiprocessing import forkserver
+            log_dir.mkdir(parents=True, exist_ok=True)
+            with helper_output(log_dir / f"zygote-{os.getpid()}.log"):
+                forkserver.ensure_running()
             _zygote_context = ctx
         return _zygote_context
 
@@ -239,6 +246,8 @@ class WorkerProcess:
                     self.proc.wait(timeout=TERM_GRACE_S)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
+            # what the kernel started in sessions of its own: below the worker (a subreaper) while it lives
+            kill_tree(self.proc.pid)
             terminate(self.proc, group=True)
             kill_group(self.proc.pid)      # what the kernel started: children, a forked child holding the pipe
         finally:
@@ -309,7 +318,7 @@ class DeviceWorker:
 
     def _fork(self, case_env: dict[str, str], log_path: Path) -> WorkerProcess:
         from harness.worker.serve import forked_main
-        ctx = zygote()
+        ctx = zygote(self.options.log_dir)
         parent_conn, child_conn = ctx.Pipe()
         process = ctx.Process(
             target=forked_main, name=f"harness-worker-{self.name}",

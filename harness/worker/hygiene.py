@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from harness.outcomes import CHECK_PRECEDENCE, Outcome
+from harness.processes import kill_tree, process_state, reap
 from harness.worker.checks import Finding, Findings
 
 # The namespaces whose existing names a kernel may not rebind.  Classes are checked for
@@ -123,16 +124,7 @@ def _children(tasks: list[str]) -> frozenset[int]:
                 pids.update(int(p) for p in f.read().split())
         except (OSError, ValueError):
             continue
-    return frozenset(p for p in pids if _process_state(p) not in ("Z", "X", ""))
-
-
-def _process_state(pid: int) -> str:
-    """One letter from /proc/PID/stat (Z: a zombie, ended but not reaped); "" when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return ""
+    return frozenset(p for p in pids if process_state(p) not in ("Z", "X", ""))
 
 
 def _process_name(pid: int) -> str:
@@ -315,7 +307,17 @@ def settle(before: Snapshot) -> Disturbance:
         time.sleep(0.005)
         left = leftovers(before, replace(after, **_running()))
     findings += [f"the kernel left {what}" for what in left]
+    _end_processes(before)
     return Disturbance(tuple(findings), tuple(restore(before, after, bool(state))))
+
+
+def _end_processes(before: Snapshot) -> None:
+    """Kill what the kernel left running, with everything below it, before the reply is sent: the
+    worker is a subreaper, so a process in a session of its own is among its children too, and
+    nothing it holds (the protocol socket, an inherited pipe) outlives the case."""
+    left = sorted(_running()["children"] - before.children)
+    for pid in left:
+        reap([pid, *kill_tree(pid, include_self=True)])
 
 
 def with_findings(found: Findings, disturbed: Disturbance) -> Findings:
