@@ -17,9 +17,10 @@ asked before the case is sent; the worker only reads the file it names.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import multiprocessing
 import multiprocessing.connection
-import functools
 import importlib.metadata
 import os
 import re
@@ -284,6 +285,8 @@ class DeviceWorker:
         self._log_dirs: set[Path] = set()
         self.warnings: list[str] = []     # for the report: a worker that kept growing (a leaking kernel)
         self._rss: tuple[int, int, int, bool] | None = None  # pid, RSS after its first case, cases since, warned
+        self._last_case: str | None = None    # the case the current worker answered last (a deferred change's blame)
+        self._deferred: tuple[str, str] | None = None   # (blamed case, changes) of the reply just received
 
     @property
     def proc(self) -> subprocess.Popen | ForkedProc | None:
@@ -378,6 +381,7 @@ class DeviceWorker:
     def replace(self, reason: str) -> None:
         """The device context is suspect (hang, crash, sticky fault): the next case gets a fresh worker."""
         self.replacements += 1
+        self._last_case = None
         if self.current is not None:
             trace.log.debug("%s pid %d: replacing the worker: %s", self.name, self.current.proc.pid, reason)
         self.stop(force=True)
@@ -397,7 +401,27 @@ class DeviceWorker:
 
     # -- one case ----------------------------------------------------------------
     def run(self, case: Case, log_path: Path, repeat: int = 0, baseline: Path | None = None) -> Result:
-        """Run ``case`` once; ``baseline``: compare its buffers bit for bit with that file (see determinism)."""
+        """Run ``case`` once; ``baseline``: compare its buffers bit for bit with that file (see determinism).
+
+        A worker whose state changed between cases (the reply's ``deferred``: a timer, a finalizer,
+        a callback an earlier kernel left) is replaced and the case runs again in a fresh one; the
+        change is blamed on the case that ran last in the old worker (a warning, and the
+        re-run result's ``metrics.hygiene.deferred``)."""
+        result = self._run_once(case, log_path, repeat, baseline)
+        deferred = self._deferred
+        if deferred is None:
+            return result
+        self._deferred = None
+        rerun = self._run_once(case, log_path, repeat, baseline)
+        if self._deferred is not None:        # a fresh worker drifted before its first case: not a kernel's doing
+            changes, self._deferred = self._deferred[1], None
+            return Result(outcome=Outcome.HARNESS_ERROR, duration_s=rerun.duration_s,
+                          summary=f"a fresh worker's state changed before the case ran: {changes}",
+                          **case_fields(case, repeat, self.device, log_path))
+        hygiene = {**rerun.metrics.get("hygiene", {}), "deferred": {"after_case": deferred[0], "changes": deferred[1]}}
+        return dataclasses.replace(rerun, metrics={**rerun.metrics, "hygiene": hygiene})
+
+    def _run_once(self, case: Case, log_path: Path, repeat: int, baseline: Path | None) -> Result:
         base = case_fields(case, repeat, self.device, log_path)
         try:
             self.ensure(case.env)
@@ -436,8 +460,22 @@ class DeviceWorker:
                                    if reply.case_id == case.case_id else
                                    f"a reply for case {reply.case_id!r}", base, log_path, started)
         cap_log(log_path, self.options.max_log_bytes)
+        if reply.deferred:
+            return self._drifted(case, reply, base)
         self._watch_rss(current.proc.pid)
+        self._last_case = case.case_id
         return self._result(reply, base, log_path)
+
+    def _drifted(self, case: Case, reply: protocol.CaseReply, base: dict) -> Result:
+        """The worker changed between cases: replace it; ``run`` runs the case again."""
+        last = self._last_case or "(none: the worker's first case)"
+        warning = (f"deferred change after case {last} (worker {self.name}, {self.device}): {reply.deferred}; "
+                   f"the worker was replaced and case {case.case_id} ran again in a fresh one")
+        self.warnings.append(warning)
+        trace.log.debug("%s", warning)
+        self._deferred = (last, reply.deferred)
+        self.replace(f"deferred change after case {last}: {reply.deferred}")
+        return Result(outcome=Outcome.HARNESS_ERROR, summary=warning, duration_s=reply.duration_s, **base)
 
     def _watch_rss(self, pid: int) -> None:
         """Warn once per worker process whose resident memory grew past ``rss_growth_warn_bytes``

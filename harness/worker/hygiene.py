@@ -39,6 +39,11 @@ import torch
 
 from harness.outcomes import CHECK_PRECEDENCE, Outcome
 from harness.processes import kill_tree, process_state, reap
+from harness.worker import checks as checks_module
+from harness.worker import hooks
+from harness.worker import input_guard as input_guard_module
+from harness.worker import launch as launch_module
+from harness.worker import ratio_allclose as ratio_allclose_module
 from harness.worker.checks import Finding, Findings
 
 # The namespaces whose existing names a kernel may not rebind.  Classes are checked for
@@ -47,6 +52,9 @@ NAMESPACES: tuple[tuple[str, Any], ...] = (
     ("torch", torch), ("torch.nn.functional", torch.nn.functional), ("torch.linalg", torch.linalg),
     ("torch.special", torch.special), ("torch.fft", torch.fft), ("torch.Tensor", torch.Tensor),
     ("torch._C.TensorBase", torch._C.TensorBase),
+    # the harness's own judges: a careless patch of the comparison would pass every mutant
+    ("harness.worker.ratio_allclose", ratio_allclose_module), ("harness.worker.checks", checks_module),
+    ("harness.worker.launch", launch_module), ("harness.worker.input_guard", input_guard_module),
 )
 _BY_NAME = dict(NAMESPACES)
 
@@ -104,6 +112,7 @@ class Snapshot:
     torch: TorchState
     namespaces: tuple[tuple[str, dict[str, Any]], ...]
     modules: dict[str, Any]
+    hooks: hooks.Hooks                   # autocast, modes, library, builtins, signals, timers, gc, audit, trace
     threads: frozenset[int]              # Python threads' idents
     native_threads: frozenset[int]       # every thread of the process (tids), where /proc has them
     children: frozenset[int]             # running child processes (pids), where /proc has them
@@ -146,7 +155,7 @@ def snapshot() -> Snapshot:
     return Snapshot(
         environ=dict(os.environ), cwd=os.getcwd(), torch=torch_state(),
         namespaces=tuple((name, dict(vars(obj))) for name, obj in NAMESPACES),
-        modules=dict(sys.modules), **_running(),
+        modules=dict(sys.modules), hooks=hooks.read(), **_running(),
     )
 
 
@@ -229,7 +238,7 @@ def state_changes(before: Snapshot, after: Snapshot) -> list[str]:
     for (ns, old), (_, new) in zip(before.namespaces, after.namespaces):
         out += [f"{ns}.{name} {how}" for name, how in _rebound(old, new, isinstance(_BY_NAME[ns], type))]
     out += [f"sys.modules[{name!r}] {how}" for name, how in _rebound(before.modules, after.modules, False)]
-    return out
+    return out + hooks.changes(before.hooks, after.hooks)
 
 
 def leftovers(before: Snapshot, after: Snapshot) -> list[str]:
@@ -279,6 +288,7 @@ def restore(before: Snapshot, after: Snapshot, state_changed: bool = True) -> li
                 _set(target, name, old[name])
     for name, _ in _rebound(before.modules, after.modules, False):
         sys.modules[name] = before.modules[name]
+    hooks.restore(before.hooks, after.hooks)
     return put_back
 
 
@@ -329,20 +339,50 @@ def with_findings(found: Findings, disturbed: Disturbance) -> Findings:
     return replace(found, outcome=items[0].outcome, items=tuple(items))
 
 
+class Deferred(Exception):
+    """The worker's state changed between cases (``drift``): something an earlier kernel left (a
+    timer, a finalizer, a callback) acted after that kernel's case was checked.  This case must not
+    run here, nor take the blame."""
+
+    def __init__(self, changes: list[str]):
+        super().__init__("; ".join(changes))
+        self.changes = changes
+
+
+def drift(pristine: Snapshot, now: Snapshot) -> list[str]:
+    """What differs from the worker's state when it started (torch, namespaces, modules, hooks), and
+    processes that appeared below it since; the environment and cwd are put back after every case."""
+    out = state_changes(pristine, now)
+    procs = sorted(now.children - pristine.children)
+    if procs:
+        out.append(f"{len(procs)} process(es) started: "
+                   + ", ".join(f"pid {p} ({_process_name(p)})" for p in procs))
+    return out
+
+
 class Watch:
     """The kernel's window in ``execute_case``: ``with watch:`` around its import and launch;
-    ``disturbed`` afterwards (empty when the window never opened)."""
+    ``disturbed`` afterwards (empty when the window never opened).  With ``pristine`` (the
+    worker's snapshot at start) the window's first snapshot is compared with it, and a
+    difference raises ``Deferred`` before the kernel runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, pristine: Snapshot | None = None) -> None:
         self._before: Snapshot | None = None
+        self._pristine = pristine
         self.disturbed = Disturbance()
 
     def __enter__(self) -> "Watch":
-        self._before = snapshot()
+        before = snapshot()
+        if self._pristine is not None:
+            changed = drift(self._pristine, before)
+            if changed:
+                raise Deferred(changed)
+        self._before = before
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.disturbed = settle(self._before)
+        if self._before is not None:
+            self.disturbed = settle(self._before)
 
 
 def warm_up(device: torch.device) -> None:

@@ -148,7 +148,8 @@ def _serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
     from harness.devices import backend as backend_for, host_memory, parse_device
     from harness.worker.determinism import Baselines
     from harness.worker.execute import KernelLoader, execute_case
-    from harness.worker.hygiene import warm_up
+    from harness.worker.hooks import install_audit_sentinel
+    from harness.worker.hygiene import snapshot, warm_up
     from harness.worker import repeats as reuse
 
 
@@ -164,6 +165,8 @@ def _serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
             warm_up(backend.torch_device(device))     # torch's own pools: not a kernel's leftovers
         except Exception:      # a device that fails here fails the first case too, which classifies it
             pass
+    install_audit_sentinel()
+    pristine = snapshot()      # every case's state is compared with this (hygiene.drift)
     # no root: this process never writes a golden; it reads the golden process's files
     golden_cache = GoldenCache(None)
     loader = KernelLoader()
@@ -181,7 +184,7 @@ def _serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
         with redirected_output(request.log):
             reply = execute_case(request.case, device, backend, golden_cache, loader, golden_dtype,
                                  golden=request.golden, repeat=request.repeat, baseline=request.baseline,
-                                 baselines=baselines, repeats=repeats)
+                                 baselines=baselines, repeats=repeats, pristine=pristine)
         protocol.send(conn, dataclasses.replace(reply, nonce=request.nonce))
 
 
