@@ -22,6 +22,7 @@ case's own checks (``restore``), and the worker is replaced either way.
 """
 from __future__ import annotations
 
+import _signal
 import builtins
 import gc
 import os
@@ -110,7 +111,7 @@ def read() -> Hooks:
         dispatch_modes=torch._C._len_torch_dispatch_stack(),
         library_impls=len(_impls()),
         builtins=dict(vars(builtins)),
-        signals=tuple(map(signal.getsignal, _SIGNALS)),
+        signals=tuple(map(_signal.getsignal, _SIGNALS)),     # the C function: no enum per call
         timers=tuple(signal.getitimer(which)[0] > 0 for _, which in _TIMERS),
         gc_callbacks=tuple(gc.callbacks),
         trace=(sys.gettrace(), sys.getprofile(), _threading_hook("gettrace"), _threading_hook("getprofile")),
@@ -129,6 +130,12 @@ def _name(obj: Any) -> str:
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
     module = getattr(obj, "__module__", None)
     return f"{module}.{name}" if module and module != "builtins" else str(name)
+
+
+def _handler(handler: Any) -> str:
+    if isinstance(handler, int):
+        return {0: "SIG_DFL", 1: "SIG_IGN"}.get(int(handler), str(handler))
+    return "None" if handler is None else _name(handler)
 
 
 def _signal_name(sig: int) -> str:
@@ -192,19 +199,22 @@ def changes(before: Hooks, after: Hooks) -> list[str]:
             out.append("torch.library implementation registered: " + ", ".join(foreign[:5])
                        + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "") + " (cannot be removed)")
     out += [f"builtins.{name} {how}" for name, how in _rebound(before.builtins, after.builtins)]
-    for sig, old, new in zip(_SIGNALS, before.signals, after.signals):
-        if old is not new and old != new:
-            out.append(f"handler of {_signal_name(sig)} {_name(old)} → {_name(new)}")
-    for (name, _), old, new in zip(_TIMERS, before.timers, after.timers):
-        if new and not old:
-            out.append(f"interval timer {name} armed" + (" (signal.alarm)" if name == "ITIMER_REAL" else ""))
-    added = [cb for cb in after.gc_callbacks if not any(cb is old for old in before.gc_callbacks)]
-    if added or len(after.gc_callbacks) != len(before.gc_callbacks):
+    if before.signals != after.signals:
+        for sig, old, new in zip(_SIGNALS, before.signals, after.signals):
+            if old is not new and old != new:
+                out.append(f"handler of {_signal_name(sig)} {_handler(old)} → {_handler(new)}")
+    if before.timers != after.timers:
+        for (name, _), old, new in zip(_TIMERS, before.timers, after.timers):
+            if new and not old:
+                out.append(f"interval timer {name} armed" + (" (signal.alarm)" if name == "ITIMER_REAL" else ""))
+    if before.gc_callbacks != after.gc_callbacks:
+        added = [cb for cb in after.gc_callbacks if not any(cb is old for old in before.gc_callbacks)]
         out.append("gc.callbacks " + (", ".join(f"{_name(cb)} added" for cb in added) or "changed"))
-    for what, old, new in zip(("sys.settrace", "sys.setprofile", "threading.settrace", "threading.setprofile"),
-                              before.trace, after.trace):
-        if old is not new:
-            out.append(f"{what} {_name(old) if old else 'None'} → {_name(new) if new else 'None'}")
+    if before.trace != after.trace:
+        for what, old, new in zip(("sys.settrace", "sys.setprofile", "threading.settrace", "threading.setprofile"),
+                                  before.trace, after.trace):
+            if old is not new:
+                out.append(f"{what} {_name(old) if old else 'None'} → {_name(new) if new else 'None'}")
     if after.audit_hooks != before.audit_hooks:
         out.append(f"{after.audit_hooks - before.audit_hooks} audit hook(s) added (sys.addaudithook; "
                    f"cannot be removed)")
@@ -220,8 +230,11 @@ _GONE = object()
 
 
 def _rebound(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]]:
-    if old.items() <= new.items() and len(old) == len(new):
-        return []
+    try:
+        if len(old) == len(new) and list(old) == list(new) and list(old.values()) == list(new.values()):
+            return []
+    except Exception:        # a value whose == raises: compared one by one below
+        pass
     out = [(name, "removed" if name not in new else "replaced") for name, obj in old.items()
            if new.get(name, _GONE) is not obj]
     return out + [(name, "added") for name in new.keys() - old.keys()]

@@ -27,6 +27,7 @@ not start them.  docs/architecture.md ("Trust model") says what this defends and
 """
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -191,11 +192,17 @@ class Disturbance:
 
 def _kept(old: dict[str, Any], new: dict[str, Any], *, closed: bool = False) -> bool:
     """Every name of ``old`` still bound to the same object in ``new``; ``closed``: and no name
-    added.  The fast path: a C-level subset test of the items (values compare by identity
-    first, so an unchanged namespace costs one lookup per name)."""
-    if closed and len(new) != len(old):
+    added.  The fast path walks both in insertion order comparing identities in C: names added
+    since (a lazy import) come after the old ones, so an unchanged ``old`` is a prefix of ``new``.
+    A removal or a re-insertion breaks the order; then the items are compared as sets."""
+    if len(new) < len(old) or (closed and len(new) != len(old)):
         return False
+    n = len(old)
     try:
+        # list == compares identity first, element by element, in C
+        if list(old) == list(itertools.islice(new, n)) and \
+                list(old.values()) == list(itertools.islice(new.values(), n)):
+            return True
         return old.items() <= new.items()
     except Exception:        # a value whose == raises (a tensor bound in place of a function)
         return False
