@@ -75,16 +75,27 @@ def test_an_escaped_process_is_reported_killed_and_cannot_touch_later_cases(make
     assert worker.replacements == 1
 
 
-def test_a_process_started_between_cases_dies_with_the_worker(make_worker, tmp_path):
-    """A timer's handler starts a daemon after the case was checked: the worker, a subreaper, kills it
-    when its loop ends (before, it outlived the run with init as its parent)."""
-    worker = make_worker()
+def test_a_process_started_between_cases_is_deferred_and_dies_with_the_worker(tmp_path):
+    """A finalizer forks a daemon after its case was answered: the next case finds it (a change
+    since the worker started), runs again in a fresh worker, and the old worker's end kills the
+    daemon (before, it outlived the run with init as its parent).  Inputs are not kept for
+    repeats, so the buffer carrying the finalizer is dropped when its case ends."""
+    options = WorkerOptions(log_dir=tmp_path / "logs", golden_cache=str(tmp_path / "goldens"),
+                            kernel_paths=(str(KERNELS_UNDER_TEST),),
+                            base_env={**os.environ, "HARNESS_REUSE_INPUTS": "0"})
+    worker = DeviceWorker(Device("cpu"), options)
     pids = tmp_path / "pids"
     pids.mkdir()
-    worker.run(case("timer_starts_daemon", "timer", pids), tmp_path / "timer.log")
-    late = _pid(pids, "late")
-    assert not _gone(late)
-    worker.close()
+    try:
+        first = worker.run(case("finalizer_starts_daemon", "first", pids), tmp_path / "first.log")
+        late = _pid(pids, "late")
+        assert first.outcome is Outcome.PASS and not _gone(late)
+        after = worker.run(case("reference", "after", pids), tmp_path / "after.log")
+    finally:
+        worker.close()
+    assert after.outcome is Outcome.PASS, after.summary
+    assert after.metrics["hygiene"]["deferred"]["after_case"] == "first"
+    assert f"1 process(es) started: pid {late}" in after.metrics["hygiene"]["deferred"]["changes"]
     for _ in range(100):
         if _gone(late):
             break
