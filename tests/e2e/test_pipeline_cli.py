@@ -53,3 +53,21 @@ def test_multiprocessing_helpers_do_not_hold_the_front_ends_output(tmp_path):
     os.waitpid(pid, 0)
     assert log.read_text() == "outerrTrue\n"
     assert util.spawnv_passfds.__module__ == "multiprocessing.util"    # put back
+
+
+def test_a_change_between_cases_is_a_warning_naming_the_case_before_it(tmp_path, golden_cache_dir):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    path = write_case_file(tmp_path, "cases.yaml", CASES.format(pids=pids)
+                           + '  - {name: next, kernel: reference, seed: 2}\n')
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", str(path), "--no-store", "--kernel-path",
+                           str(KERNELS_UNDER_TEST), "--golden-cache", str(golden_cache_dir), "--log-dir",
+                           str(tmp_path / "logs"), "--json", str(out)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "warning: deferred change after case cases[daemon] (worker" in proc.stdout + proc.stderr, proc.stdout
+    import json
+    doc = json.loads(out.read_text())
+    assert [r["outcome"] for r in doc["results"]] == ["PASS"] * 3
+    assert any(w.startswith("deferred change after case cases[daemon]") for w in doc["warnings"])
