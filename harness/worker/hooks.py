@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import _signal
 import builtins
+import functools
 import gc
 import os
 import signal
@@ -45,7 +46,9 @@ _TIMERS = tuple((name, getattr(signal, name)) for name in ("ITIMER_REAL", "ITIME
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
+@functools.cache
 def _autocast_types() -> tuple[str, ...]:
+    """The device types this torch keeps autocast state for (asked once, on first read)."""
     known = []
     for device_type in _AUTOCAST_TYPES:
         try:
@@ -56,8 +59,6 @@ def _autocast_types() -> tuple[str, ...]:
         known.append(device_type)
     return tuple(known)
 
-
-_AUTOCAST = _autocast_types()
 
 
 # -- audit hooks -------------------------------------------------------------------------
@@ -85,7 +86,7 @@ def install_audit_sentinel() -> None:
 class Hooks:
     """One reading of every hook above (cheap: a few C calls and two small dict copies)."""
 
-    autocast: tuple[tuple[bool, Any], ...]       # (enabled, dtype) per _AUTOCAST device type
+    autocast: tuple[tuple[bool, Any], ...]       # (enabled, dtype) per _autocast_types() entry
     autocast_cache: bool
     function_modes: int                           # depth of the torch-function mode stack
     dispatch_modes: int                           # depth of the torch-dispatch mode stack
@@ -105,7 +106,7 @@ def _impls() -> set[str]:
 def read() -> Hooks:
     _pristine_impls()
     return Hooks(
-        autocast=tuple((torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _AUTOCAST),
+        autocast=tuple((torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _autocast_types()),
         autocast_cache=torch.is_autocast_cache_enabled(),
         function_modes=torch._C._len_torch_function_stack(),
         dispatch_modes=torch._C._len_torch_dispatch_stack(),
@@ -182,7 +183,7 @@ def _registered_by_torch(op: str, dispatch_key: str) -> bool:
 def changes(before: Hooks, after: Hooks) -> list[str]:
     """One line per hook that differs between two readings."""
     out = []
-    for device_type, (old, new) in zip(_AUTOCAST, zip(before.autocast, after.autocast)):
+    for device_type, (old, new) in zip(_autocast_types(), zip(before.autocast, after.autocast)):
         if old != new:
             out.append(f"torch autocast ({device_type}) {_autocast_text(old)} → {_autocast_text(new)}")
     if before.autocast_cache != after.autocast_cache:
@@ -246,7 +247,7 @@ def restore(before: Hooks, after: Hooks) -> None:
     """Put back what can be put back, for the case's own checks (the worker is replaced anyway):
     autocast, the mode stacks, builtins, signal handlers, timers, gc.callbacks, trace and profile.
     Library registrations and audit hooks cannot be undone."""
-    for device_type, (old, new) in zip(_AUTOCAST, zip(before.autocast, after.autocast)):
+    for device_type, (old, new) in zip(_autocast_types(), zip(before.autocast, after.autocast)):
         if old != new:
             torch.set_autocast_enabled(device_type, old[0])
             torch.set_autocast_dtype(device_type, old[1])
