@@ -12,7 +12,9 @@ a later case computes or how it is labelled, without touching a tensor the check
 - ``builtins`` (``round``, ``abs``, ... rebound), and the namespaces of the harness's own
   worker modules that judge a case (the comparison, the checks, the launch);
 - Python signal handlers, armed interval timers (``signal.alarm`` is ``ITIMER_REAL``),
-  ``gc.callbacks``, ``sys.settrace`` / ``sys.setprofile`` (and their ``threading`` twins);
+  ``gc.callbacks`` and whether the collector is on, ``sys.settrace`` / ``sys.setprofile``
+  (and their ``threading`` twins).  Import finders (``sys.meta_path``) are not watched:
+  libraries add their own on import (transformers does), which is no finding;
 - audit hooks: ``sys.addaudithook`` cannot be undone or listed, but it raises the audit
   event ``sys.addaudithook`` to the hooks already there, so the worker installs one hook of
   its own at start (``install_audit_sentinel``) that counts them.
@@ -95,6 +97,7 @@ class Hooks:
     signals: tuple[Any, ...]                      # Python handler per _SIGNALS entry
     timers: tuple[bool, ...]                      # armed, per _TIMERS entry
     gc_callbacks: tuple[Any, ...]
+    gc_enabled: bool
     trace: tuple[Any, Any, Any, Any]              # sys.gettrace, sys.getprofile, threading's two
     audit_hooks: int                              # hooks added since the sentinel was installed
 
@@ -115,6 +118,7 @@ def read() -> Hooks:
         signals=tuple(map(_signal.getsignal, _SIGNALS)),     # the C function: no enum per call
         timers=tuple(signal.getitimer(which)[0] > 0 for _, which in _TIMERS),
         gc_callbacks=tuple(gc.callbacks),
+        gc_enabled=gc.isenabled(),
         trace=(sys.gettrace(), sys.getprofile(), _threading_hook("gettrace"), _threading_hook("getprofile")),
         audit_hooks=_audit_hooks_added[0],
     )
@@ -211,6 +215,8 @@ def changes(before: Hooks, after: Hooks) -> list[str]:
     if before.gc_callbacks != after.gc_callbacks:
         added = [cb for cb in after.gc_callbacks if not any(cb is old for old in before.gc_callbacks)]
         out.append("gc.callbacks " + (", ".join(f"{_name(cb)} added" for cb in added) or "changed"))
+    if before.gc_enabled != after.gc_enabled:
+        out.append(f"garbage collector {'on' if before.gc_enabled else 'off'} → {'on' if after.gc_enabled else 'off'}")
     if before.trace != after.trace:
         for what, old, new in zip(("sys.settrace", "sys.setprofile", "threading.settrace", "threading.setprofile"),
                                   before.trace, after.trace):
@@ -245,7 +251,7 @@ def _rebound(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]]:
 
 def restore(before: Hooks, after: Hooks) -> None:
     """Put back what can be put back, for the case's own checks (the worker is replaced anyway):
-    autocast, the mode stacks, builtins, signal handlers, timers, gc.callbacks, trace and profile.
+    autocast, the mode stacks, builtins, signal handlers, timers, gc, trace and profile.
     Library registrations and audit hooks cannot be undone."""
     for device_type, (old, new) in zip(_autocast_types(), zip(before.autocast, after.autocast)):
         if old != new:
@@ -272,6 +278,7 @@ def restore(before: Hooks, after: Hooks) -> None:
         if new and not old:
             signal.setitimer(which, 0)
     gc.callbacks[:] = list(before.gc_callbacks)
+    (gc.enable if before.gc_enabled else gc.disable)()
     if after.trace[0] is not before.trace[0]:
         sys.settrace(before.trace[0])
     if after.trace[1] is not before.trace[1]:

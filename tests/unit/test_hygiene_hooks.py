@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import gc
 import signal
+import sys
 
 import pytest
 import torch
@@ -40,6 +41,7 @@ def _gc():
 
 
 @pytest.mark.parametrize("act, says", [
+    (gc.disable, "garbage collector on → off"),
     (lambda: torch.autocast("cpu", dtype=torch.bfloat16).__enter__(), "torch autocast (cpu) off → on (bfloat16)"),
     (_mode, "torch function mode stack 0 → 1 deep"),
     (_round, "builtins.round replaced"),
@@ -52,12 +54,12 @@ def test_each_hook_is_found_and_put_back(act, says):
     assert any(says in f for f in disturbed.findings), disturbed.findings
     assert hooks.changes(before, hooks.read()) == []          # put back for the case's own checks
     assert signal.getitimer(signal.ITIMER_REAL)[0] == 0 and builtins.round(2.6) == 3
+    assert gc.isenabled()
 
 
 def test_an_audit_hook_is_counted_by_the_sentinel():
     hooks.install_audit_sentinel()
     before = hooks.read()
-    import sys
     sys.addaudithook(lambda event, args: None)        # cannot be removed: this process keeps it (harmless)
     assert hooks.changes(before, hooks.read()) == ["1 audit hook(s) added (sys.addaudithook; cannot be removed)"]
 
