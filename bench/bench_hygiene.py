@@ -4,9 +4,10 @@
 
 Times, in this process after ``warm_up``: each part of a snapshot, a whole snapshot, the
 comparison and restore of an unchanged window (``settle``, which takes the second
-snapshot), the ``Watch`` a case pays (both), and the reply's conversion to plain data
-(``protocol.plain``) for a typical passing case's metrics.  Prints microseconds per call
-(median of 5 rounds).
+snapshot), the comparison with the worker's snapshot at start (``drift``), the ``Watch`` a
+case pays (both), and the reply's conversion to plain data (``protocol.plain``) for a typical
+passing case's metrics.  Prints microseconds per call (median of 5 rounds), then the window
+without what issue 23 added (no hooks, no drift check) and with it, interleaved, with their ratio.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import torch
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device, backend
 from harness.goldens.cache import GoldenCache
-from harness.worker import hygiene, protocol
+from harness.worker import hooks, hygiene, protocol
 from harness.worker.execute import KernelLoader, execute_case
 
 
@@ -53,6 +54,23 @@ def main() -> None:
         with hygiene.Watch():
             pass
 
+    pristine = hygiene.snapshot()
+
+    def watch_pristine() -> None:       # what a worker's case pays now: the window and the drift check
+        with hygiene.Watch(pristine):
+            pass
+
+    def watch_without_hooks() -> None:  # the window without what issue 23 added: no hooks, no drift check
+        read, changes, restore = hooks.read, hooks.changes, hooks.restore
+        hooks.read, hooks.changes, hooks.restore = (lambda: frozen), (lambda a, b: []), (lambda a, b: None)
+        try:
+            with hygiene.Watch():
+                pass
+        finally:
+            hooks.read, hooks.changes, hooks.restore = read, changes, restore
+
+    frozen = hooks.read()
+
     pieces = [
         ("environment copy", lambda: dict(os.environ)),
         ("torch settings", hygiene.torch_state),
@@ -60,8 +78,10 @@ def main() -> None:
         ("sys.modules copy", lambda: dict(sys.modules)),
         ("python threads", lambda: [t.ident for t in threading.enumerate()]),
         ("native threads + children (/proc)", lambda: hygiene._children(hygiene._tasks())),
+        ("hooks (autocast ... audit, issue 23)", hooks.read),
         ("snapshot (all of the above)", hygiene.snapshot),
         ("settle (snapshot + compare)", lambda: hygiene.settle(before)),
+        ("drift (compare with pristine)", lambda: hygiene.drift(pristine, before)),
         ("Watch: one case's window", watch),
         ("protocol.plain(reply)", lambda: protocol.plain(reply.to_wire())),
     ]
@@ -69,6 +89,16 @@ def main() -> None:
           f"{len(hygiene._tasks())} threads; median of 5 rounds of {n}")
     for name, fn in pieces:
         print(f"{name:36s} {per_call_us(fn, n):8.1f} us")
+    # side by side, interleaved so that load changes reach both: the window without and with issue 23
+    old, new = [], []
+    for _ in range(5):
+        old.append(per_call_us(watch_without_hooks, n // 5))
+        new.append(per_call_us(watch_pristine, n // 5))
+    old_us, new_us = statistics.median(old), statistics.median(new)
+    print(f"{'window without issue 23 additions':36s} {old_us:8.1f} us")
+    print(f"{'window + hooks + drift (now)':36s} {new_us:8.1f} us   ({new_us / old_us:.2f}x, "
+          f"+{new_us - old_us:.1f} us per case)")
+    print(f"load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -1,19 +1,22 @@
 """Files appear whole or not at all: written to a temporary file beside them, then renamed.
 
 A path that is not a regular file is written through, never renamed over: a symlink's
-target is replaced (the link stays a link), a FIFO or a device (``/dev/null``) is opened
-and written.  A write that fails is a ``WriteError``, one line.
+target is replaced (the link stays a link), a FIFO with a reader or a character device
+(``/dev/null``) is opened and written; a FIFO nobody reads, a block device or a socket is
+refused up front (``unwritable``).  A write that fails is a ``WriteError``, one line.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.path_kinds import special_kind
 
 
 class WriteError(HarnessError, OSError):
@@ -58,6 +61,11 @@ def unwritable(path: str | os.PathLike) -> str | None:
     target = Path(os.path.realpath(path))
     if target.is_dir():
         return "is a directory"
+    kind = special_kind(target)
+    if kind == "a FIFO" and not _fifo_has_reader(target):
+        return "is a FIFO that nothing reads (writing the report would wait forever)"
+    if kind in ("a socket", "a device") and not stat.S_ISCHR(os.stat(target).st_mode):
+        return f"is {kind if kind == 'a socket' else 'a block device'}"
     if target.exists() and not target.is_file():
         return None if os.access(target, os.W_OK) else "not writable"
     parent = target.parent
@@ -70,6 +78,20 @@ def unwritable(path: str | os.PathLike) -> str | None:
     if target.exists() and not os.access(target, os.W_OK):
         return "not writable"
     return None
+
+
+# Write ends opened to see that a FIFO has a reader, kept open until the process ends: closing
+# the only write end would hand that reader its end of file before the report is written.
+_FIFO_PROBES: list[int] = []
+
+
+def _fifo_has_reader(path: Path) -> bool:
+    """A non-blocking open for writing fails with ENXIO exactly when no process reads the FIFO."""
+    try:
+        _FIFO_PROBES.append(os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError:
+        return False
+    return True
 
 
 def _umask() -> int:

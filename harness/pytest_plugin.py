@@ -225,6 +225,7 @@ def _engine(config: pytest.Config):
             golden_dtype=config.getoption("--golden-dtype"),
             golden_device=config.getoption("--golden-device"),
             log_dir=config.getoption("--harness-log-dir"), log_prefix="pytest-",
+            log_dir_flag="--harness-log-dir",
             log_name=config.stash[_RUN_KEY][1] if _RUN_KEY in config.stash else None,
             log_subdir=os.environ.get("PYTEST_XDIST_WORKER", "main"),
             rules=tuple(config.getoption("--harness-rules")),

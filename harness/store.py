@@ -59,6 +59,7 @@ from typing import Any
 from harness import __version__
 from harness.errors import HarnessError, UsageError
 from harness.outcomes import Outcome, Result
+from harness.path_kinds import special_kind
 from harness.summary import strict_json as strict_json_value
 
 DEFAULT_STORE = Path("reports/results.sqlite")
@@ -182,6 +183,9 @@ def check_path(path: str | os.PathLike, *, create: bool = True) -> Path:
     directory = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise StoreOpenError(f"store {path}: is a directory, not a database file")
+    kind = special_kind(path)       # stat only: SQLite would block on a FIFO, write through a device
+    if kind:
+        raise StoreOpenError(f"store {path}: is {kind}, not a database file")
     if not directory.exists():
         if not directory.parent.is_dir():
             raise StoreOpenError(f"store {path}: directory {directory} does not exist (nor does {directory.parent})")

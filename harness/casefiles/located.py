@@ -134,9 +134,14 @@ Loader.add_implicit_resolver(
 
 def compose(text: str, path: str, error: type[LocatedError]) -> tuple[yaml.Node | None, Loader]:
     """The single document's node tree (marks kept) and the loader that constructs its scalars."""
-    loader = Loader(text)
+    try:
+        loader = Loader(text)           # PyYAML's reader refuses NUL and other control bytes here
+    except yaml.reader.ReaderError as exc:
+        raise _unprintable(exc, text, path, error) from None
     try:
         return loader.get_single_node(), loader
+    except yaml.reader.ReaderError as exc:
+        raise _unprintable(exc, text, path, error) from None
     except yaml.MarkedYAMLError as exc:
         raise _yaml_error(exc, path, text, error) from None
     except yaml.YAMLError as exc:
@@ -146,6 +151,15 @@ def compose(text: str, path: str, error: type[LocatedError]) -> tuple[yaml.Node 
                     f"nested deeper than {MAX_DEPTH} levels (case files need a handful)") from None
     finally:
         loader.dispose()
+
+
+def _unprintable(exc: yaml.reader.ReaderError, text: str, path: str, error: type[LocatedError]) -> LocatedError:
+    """A byte YAML does not allow (a NUL, a control character), at its line and column."""
+    before = text[:exc.position]
+    line = before.count("\n") + 1
+    column = exc.position - (before.rfind("\n") + 1) + 1
+    what = "a NUL byte" if exc.character == 0 else f"control character #x{exc.character:04x}"
+    return error(path, line, column, "", f"{what}: not allowed in a case file")
 
 
 def _yaml_error(exc: yaml.MarkedYAMLError, path: str, text: str, error: type[LocatedError]) -> LocatedError:

@@ -19,6 +19,7 @@ import itertools
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -41,9 +42,10 @@ from harness import memory_plan
 from harness.devices import host_memory
 from harness.memory_plan import human_bytes
 from harness.ops import OPS
+from harness.path_kinds import mode_kind, special_kind
 from harness.registry import BUILTINS
 
-__all__ = ["INCLUDE_KEYS", "MAX_CASE_BYTES", "MAX_CASES", "TOP_KEYS", "case_bytes", "load_matrix", "load_paths",
+__all__ = ["INCLUDE_KEYS", "MAX_CASE_BYTES", "MAX_CASE_FILE_BYTES", "MAX_CASES", "TOP_KEYS", "case_bytes", "load_matrix", "load_paths",
            "machine_bound", "select"]
 
 # A matrix is counted before it is expanded, and the whole selection is capped too: a typo
@@ -52,6 +54,9 @@ MAX_CASES = 1_000_000
 # More than any accelerator holds (1 TiB): a case that needs more than this and more than the
 # host has in all fits on no machine (docs/cases.md, "Memory plan").
 MAX_CASE_BYTES = 2**40
+# A case file is read whole, and no real one is near this (the shipped ones are a few KiB): a
+# file that names /dev/zero through a symlink, or a generated monster, stops here (docs/cases.md).
+MAX_CASE_FILE_BYTES = 4 << 20
 
 TOP_KEYS: tuple[str, ...] = ("name", *CASE_KEYS, "matrix", "exclude", "include", "latency")
 INCLUDE_KEYS: tuple[str, ...] = ("name", *CASE_KEYS)
@@ -405,7 +410,7 @@ def load_matrix(path: "str | os.PathLike[str]", max_cases: int = MAX_CASES) -> l
     """One YAML case file -> its expanded, validated cases, in file order (at most ``max_cases``)."""
     shown = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = _read_case_file(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CaseFileError(shown, None, None, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
@@ -425,6 +430,23 @@ def load_matrix(path: "str | os.PathLike[str]", max_cases: int = MAX_CASES) -> l
     return cases
 
 
+def _read_case_file(path: "str | os.PathLike[str]") -> bytes:
+    """The file's bytes, at most ``MAX_CASE_FILE_BYTES``.  Opened without blocking and checked to be
+    a regular file before a byte is read: a FIFO swapped in after the listing neither hangs nor
+    streams forever."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise CaseFileError(os.fspath(path), None, None, "",
+                                f"is {mode_kind(mode) or 'not a regular file'}, not a case file")
+        data = f.read(MAX_CASE_FILE_BYTES + 1)
+    if len(data) > MAX_CASE_FILE_BYTES:
+        raise CaseFileError(os.fspath(path), None, None, "",
+                            f"larger than {MAX_CASE_FILE_BYTES >> 20} MiB: not a case file (case files are read whole)")
+    return data
+
+
 def _refuse_identical_cases(cases: list[Case]) -> None:
     """Two ids for one case (an include that repeats a matrix case) would run it twice."""
     first: dict[str, Case] = {}
@@ -442,6 +464,8 @@ def _refuse_identical_cases(cases: list[Case]) -> None:
 
 
 def _case_files(path: Path) -> list[Path]:
+    """Checked with ``stat`` only: a FIFO or a device (or a symlink to one) is refused by what it is,
+    never opened (opening a FIFO blocks; ``/dev/zero`` never ends)."""
     if path.is_dir():
         found = []
         for dirpath, dirnames, filenames in os.walk(path):
@@ -450,10 +474,20 @@ def _case_files(path: Path) -> list[Path]:
                       if not f.startswith(".") and f.endswith((".yaml", ".yml"))]
         if not found:
             raise CaseFileError(os.fspath(path), None, None, "", "no case files (*.yaml, *.yml) in this directory")
+        for f in found:
+            _refuse_special(f)
         return sorted(found)
+    _refuse_special(path)
     if path.is_file():
         return [path]
     raise CaseFileError(os.fspath(path), None, None, "", "no such file or directory")
+
+
+def _refuse_special(path: Path) -> None:
+    kind = special_kind(path)
+    if kind:
+        via = f" (a symlink to {os.path.realpath(path)})" if path.is_symlink() else ""
+        raise CaseFileError(os.fspath(path), None, None, "", f"is {kind}{via}, not a case file")
 
 
 def load_paths(paths: "Iterable[str | os.PathLike[str]] | str | os.PathLike[str]",

@@ -275,7 +275,10 @@ def _env(n: Node) -> dict[str, str]:
             hint = "; quote it" if child.kind == "scalar" and child.text is not None else ""
             raise CaseFileError.at(
                 child.where, f"environment values must be strings or numbers, got {child.describe()}{hint}")
-        env[name] = v if isinstance(v, str) else (child.text if child.text is not None else str(v))
+        value = v if isinstance(v, str) else (child.text if child.text is not None else str(v))
+        if "\0" in value:     # the OS cannot hold it: the worker would die starting
+            raise CaseFileError.at(child.where, "environment values cannot hold a NUL byte")
+        env[name] = value
     return env
 
 

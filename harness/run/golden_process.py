@@ -98,7 +98,7 @@ class GoldenProcess:
         env = golden_env(self.options)
         if self.fork:
             from harness.worker.golden_serve import forked_main
-            ctx = zygote()
+            ctx = zygote(self.options.log_dir)
             parent_conn, child_conn = ctx.Pipe()
             process = ctx.Process(target=forked_main, name="harness-golden",
                                   args=(child_conn, self.cache_dir(), env, str(log_path), os.getpid()))

@@ -28,6 +28,7 @@ from harness.devices import Device, DeviceError, parse_device
 from harness.errors import UsageError
 from harness.formats import one_line
 from harness.logs import LOG_CAP_BYTES
+from harness.path_kinds import require_directory
 from harness.registry import BUILTINS, is_kernel_name
 from harness.run.engine import RunOptions
 from harness.run.pool import WorkerOptions, worker_env
@@ -111,6 +112,7 @@ class Settings:
     exitfirst: bool = False
     device_logs: bool = False               # capture device runtime logs on every device (always on npu)
     blocking_rerun: bool = True             # re-run a device fault launch-blocking, once
+    log_dir_flag: str = "--log-dir"         # the flag that names log_dir, for a refusal (pytest: --harness-log-dir)
 
 
 def golden_cache(flag: str | None, disabled: bool) -> str | None:
@@ -148,6 +150,11 @@ def run_options(settings: Settings) -> RunOptions:
     log_dir = log_dir.resolve()
     if settings.log_subdir:
         log_dir = log_dir / settings.log_subdir
+    # A FIFO, a device or a regular file where a directory belongs: one line now, not an
+    # internal error (or every case HARNESS_ERROR) once the first case makes its log or golden.
+    require_directory(log_dir, settings.log_dir_flag if settings.log_dir else "log directory")
+    if cache:
+        require_directory(cache, "--golden-cache" if settings.golden_cache else "golden cache directory")
     worker = WorkerOptions(log_dir=log_dir, golden_cache=cache, golden_dtype=settings.golden_dtype,
                            golden_device=settings.golden_device,
                            kernel_paths=kernel_paths(settings.kernel_paths),

@@ -18,9 +18,9 @@ asked before the case is sent; the worker only reads the file it names.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import multiprocessing
 import multiprocessing.connection
-import functools
 import importlib.metadata
 import os
 import re
@@ -43,7 +43,7 @@ from harness.devices import VISIBLE_ENV, Device, pinning_env
 from harness.errors import HarnessError
 from harness.logs import LOG_CAP_BYTES, cap_log
 from harness.outcomes import Outcome, Result
-from harness.processes import TERM_GRACE_S, kill_group, terminate
+from harness.processes import TERM_GRACE_S, helper_output, kill_group, kill_tree, terminate
 from harness.worker import protocol
 
 
@@ -151,7 +151,10 @@ _zygote_lock = threading.Lock()
 _zygote_context = None
 
 
-def zygote():
+def zygote(log_dir: Path):
+    """The forkserver context, its server started on first use with its output (and the resource
+    tracker's) in ``log_dir/zygote-<pid>.log``: neither holds the front end's stdout or stderr, so
+    a pipeline reading the harness (``harness run ... | cat``) ends with the harness."""
     global _zygote_context
     with _zygote_lock:
         if _zygote_context is None:
@@ -160,6 +163,10 @@ def zygote():
                 os.environ.setdefault(key, value)
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(ZYGOTE_PRELOAD)
+            from multiprocessing import forkserver
+            log_dir.mkdir(parents=True, exist_ok=True)
+            with helper_output(log_dir / f"zygote-{os.getpid()}.log"):
+                forkserver.ensure_running()
             _zygote_context = ctx
         return _zygote_context
 
@@ -259,6 +266,8 @@ class WorkerProcess:
                     self.proc.wait(timeout=TERM_GRACE_S)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
+            # what the kernel started in sessions of its own: below the worker (a subreaper) while it lives
+            kill_tree(self.proc.pid)
             terminate(self.proc, group=True)
             kill_group(self.proc.pid)      # what the kernel started: children, a forked child holding the pipe
         finally:
@@ -301,6 +310,8 @@ class DeviceWorker:
         self._log_dirs: set[Path] = set()
         self.warnings: list[str] = []     # for the report: a worker that kept growing (a leaking kernel)
         self._rss: tuple[int, int, int, bool] | None = None  # pid, RSS after its first case, cases since, warned
+        self._last_case: str | None = None    # the case the current worker answered last (a deferred change's blame)
+        self._deferred: tuple[str, str] | None = None   # (blamed case, changes) of the reply just received
 
     @property
     def proc(self) -> subprocess.Popen | ForkedProc | None:
@@ -353,7 +364,7 @@ class DeviceWorker:
 
     def _fork(self, case_env: dict[str, str], log_path: Path) -> WorkerProcess:
         from harness.worker.serve import forked_main
-        ctx = zygote()
+        ctx = zygote(self.options.log_dir)
         env = self._env(case_env)
         parent_conn, child_conn = ctx.Pipe()
         process = ctx.Process(
@@ -415,6 +426,7 @@ class DeviceWorker:
     def replace(self, reason: str) -> None:
         """The device context is suspect (hang, crash, sticky fault): the next case gets a fresh worker."""
         self.replacements += 1
+        self._last_case = None
         if self.current is not None:
             trace.log.debug("%s pid %d: replacing the worker: %s", self.name, self.current.proc.pid, reason)
         self.stop(force=True)
@@ -460,6 +472,25 @@ class DeviceWorker:
         return result
 
     def _run(self, case: Case, log_path: Path, repeat: int, baseline: Path | None) -> Result:
+        """A worker whose state changed between cases (the reply's ``deferred``: a timer, a finalizer,
+        a callback an earlier kernel left) is replaced and the case runs again in a fresh one; the
+        change is blamed on the case that ran last in the old worker (a warning, and the
+        re-run result's ``metrics.hygiene.deferred``)."""
+        result = self._run_once(case, log_path, repeat, baseline)
+        deferred = self._deferred
+        if deferred is None:
+            return result
+        self._deferred = None
+        rerun = self._run_once(case, log_path, repeat, baseline)
+        if self._deferred is not None:        # a fresh worker drifted before its first case: not a kernel's doing
+            changes, self._deferred = self._deferred[1], None
+            return Result(outcome=Outcome.HARNESS_ERROR, duration_s=rerun.duration_s,
+                          summary=f"a fresh worker's state changed before the case ran: {changes}",
+                          **case_fields(case, repeat, self.device, log_path))
+        hygiene = {**rerun.metrics.get("hygiene", {}), "deferred": {"after_case": deferred[0], "changes": deferred[1]}}
+        return dataclasses.replace(rerun, metrics={**rerun.metrics, "hygiene": hygiene})
+
+    def _run_once(self, case: Case, log_path: Path, repeat: int, baseline: Path | None) -> Result:
         base = case_fields(case, repeat, self.device, log_path)
         if self.lost:
             raise DeviceLost(self.lost)
@@ -525,7 +556,10 @@ class DeviceWorker:
                                    if reply.case_id == case.case_id else
                                    f"a reply for case {reply.case_id!r}", base, log_path, started)
         cap_log(log_path, self.options.max_log_bytes)
+        if reply.deferred:
+            return self._drifted(case, reply, base)
         self._watch_rss(current.proc.pid)
+        self._last_case = case.case_id
         return self._result(reply, base, log_path)
 
     def _device_log_found(self) -> devicelogs.DeviceLog | None:
@@ -544,6 +578,17 @@ class DeviceWorker:
     def _device_log_text(self) -> str:
         found = self._device_log_found()
         return "\n" + found.text if found is not None else ""
+
+    def _drifted(self, case: Case, reply: protocol.CaseReply, base: dict) -> Result:
+        """The worker changed between cases: replace it; ``run`` runs the case again."""
+        last = self._last_case or "(none: the worker's first case)"
+        warning = (f"deferred change after case {last} (worker {self.name}, {self.device}): {reply.deferred}; "
+                   f"the worker was replaced and case {case.case_id} ran again in a fresh one")
+        self.warnings.append(warning)
+        trace.log.debug("%s", warning)
+        self._deferred = (last, reply.deferred)
+        self.replace(f"deferred change after case {last}: {reply.deferred}")
+        return Result(outcome=Outcome.HARNESS_ERROR, summary=warning, duration_s=reply.duration_s, **base)
 
     def _watch_rss(self, pid: int) -> None:
         """Warn once per worker process whose resident memory grew past ``rss_growth_warn_bytes``

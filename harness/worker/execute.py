@@ -112,15 +112,16 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
                  loader: KernelLoader, golden_dtype: str = "fp32", *, golden: GoldenRef | None = None,
                  repeat: int = 0, baseline: str | None = None,
                  baselines: determinism.Baselines | None = None,
-                 repeats: reuse.Repeats | None = None) -> CaseReply:
+                 repeats: reuse.Repeats | None = None, pristine: hygiene.Snapshot | None = None) -> CaseReply:
     """``golden``: the golden process's file of this case's goldens, read (key and digest checked)
     through ``golden_cache``; None computes them here (``golden_cache.get_or_compute``).
     ``baseline``: a file to compare every output and cache with bit for bit (fixed-seed
     flake hunts; the first iteration writes it), kept in ``baselines`` between cases.
     ``repeats``: this worker's kept inputs; a case kept there is restored instead of generated
-    (``harness/worker/repeats.py``)."""
+    (``harness/worker/repeats.py``).  ``pristine``: the worker's snapshot at start; a state that
+    changed since, found before the kernel runs, is a reply with ``deferred`` and no verdict."""
     t0 = time.perf_counter()
-    watch = hygiene.Watch()   # what the kernel leaves behind in this process (docs/architecture.md)
+    watch = hygiene.Watch(pristine)   # what the kernel leaves behind in this process (docs/architecture.md)
     try:
         torch_device = backend.torch_device(device)
         wanted = _stage(Stage.INPUTS, reuse.key, case, golden, golden_dtype) if repeats else ""
@@ -160,6 +161,9 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
                           ci.op, launched.outputs, launched.caches, repeat, found.outcome.passed)
         t4 = time.perf_counter()
         latency = _latency(case, ci, launched, kernel, torch_device, device, backend, found.outcome.passed)
+    except hygiene.Deferred as changed:
+        return CaseReply(case.case_id, time.perf_counter() - t0, deferred=str(changed),
+                         replace_worker=f"changed since the worker started: {changed}")
     except StageError as tagged:
         exc = tagged.exc
         failure = Failure(tagged.stage, type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)))

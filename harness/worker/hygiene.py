@@ -27,6 +27,7 @@ not start them.  docs/architecture.md ("Trust model") says what this defends and
 """
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -38,6 +39,12 @@ from typing import Any
 import torch
 
 from harness.outcomes import CHECK_PRECEDENCE, Outcome
+from harness.processes import kill_tree, process_state, reap
+from harness.worker import checks as checks_module
+from harness.worker import hooks
+from harness.worker import input_guard as input_guard_module
+from harness.worker import launch as launch_module
+from harness.worker import ratio_allclose as ratio_allclose_module
 from harness.worker.checks import Finding, Findings
 
 # The namespaces whose existing names a kernel may not rebind.  Classes are checked for
@@ -46,6 +53,9 @@ NAMESPACES: tuple[tuple[str, Any], ...] = (
     ("torch", torch), ("torch.nn.functional", torch.nn.functional), ("torch.linalg", torch.linalg),
     ("torch.special", torch.special), ("torch.fft", torch.fft), ("torch.Tensor", torch.Tensor),
     ("torch._C.TensorBase", torch._C.TensorBase),
+    # the harness's own judges: a careless patch of the comparison would pass every mutant
+    ("harness.worker.ratio_allclose", ratio_allclose_module), ("harness.worker.checks", checks_module),
+    ("harness.worker.launch", launch_module), ("harness.worker.input_guard", input_guard_module),
 )
 _BY_NAME = dict(NAMESPACES)
 
@@ -103,6 +113,7 @@ class Snapshot:
     torch: TorchState
     namespaces: tuple[tuple[str, dict[str, Any]], ...]
     modules: dict[str, Any]
+    hooks: hooks.Hooks                   # autocast, modes, library, builtins, signals, timers, gc, audit, trace
     threads: frozenset[int]              # Python threads' idents
     native_threads: frozenset[int]       # every thread of the process (tids), where /proc has them
     children: frozenset[int]             # running child processes (pids), where /proc has them
@@ -123,16 +134,7 @@ def _children(tasks: list[str]) -> frozenset[int]:
                 pids.update(int(p) for p in f.read().split())
         except (OSError, ValueError):
             continue
-    return frozenset(p for p in pids if _process_state(p) not in ("Z", "X", ""))
-
-
-def _process_state(pid: int) -> str:
-    """One letter from /proc/PID/stat (Z: a zombie, ended but not reaped); "" when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return ""
+    return frozenset(p for p in pids if process_state(p) not in ("Z", "X", ""))
 
 
 def _process_name(pid: int) -> str:
@@ -154,7 +156,7 @@ def snapshot() -> Snapshot:
     return Snapshot(
         environ=dict(os.environ), cwd=os.getcwd(), torch=torch_state(),
         namespaces=tuple((name, dict(vars(obj))) for name, obj in NAMESPACES),
-        modules=dict(sys.modules), **_running(),
+        modules=dict(sys.modules), hooks=hooks.read(), **_running(),
     )
 
 
@@ -191,11 +193,17 @@ class Disturbance:
 
 def _kept(old: dict[str, Any], new: dict[str, Any], *, closed: bool = False) -> bool:
     """Every name of ``old`` still bound to the same object in ``new``; ``closed``: and no name
-    added.  The fast path: a C-level subset test of the items (values compare by identity
-    first, so an unchanged namespace costs one lookup per name)."""
-    if closed and len(new) != len(old):
+    added.  The fast path walks both in insertion order comparing identities in C: names added
+    since (a lazy import) come after the old ones, so an unchanged ``old`` is a prefix of ``new``.
+    A removal or a re-insertion breaks the order; then the items are compared as sets."""
+    if len(new) < len(old) or (closed and len(new) != len(old)):
         return False
+    n = len(old)
     try:
+        # list == compares identity first, element by element, in C
+        if list(old) == list(itertools.islice(new, n)) and \
+                list(old.values()) == list(itertools.islice(new.values(), n)):
+            return True
         return old.items() <= new.items()
     except Exception:        # a value whose == raises (a tensor bound in place of a function)
         return False
@@ -238,7 +246,7 @@ def state_changes(before: Snapshot, after: Snapshot) -> list[str]:
     for (ns, old), (_, new) in zip(before.namespaces, after.namespaces):
         out += [f"{ns}.{name} {how}" for name, how in _rebound(old, new, isinstance(_BY_NAME[ns], type))]
     out += [f"sys.modules[{name!r}] {how}" for name, how in _rebound(before.modules, after.modules, False)]
-    return out
+    return out + hooks.changes(before.hooks, after.hooks)
 
 
 def leftovers(before: Snapshot, after: Snapshot) -> list[str]:
@@ -288,6 +296,7 @@ def restore(before: Snapshot, after: Snapshot, state_changed: bool = True) -> li
                 _set(target, name, old[name])
     for name, _ in _rebound(before.modules, after.modules, False):
         sys.modules[name] = before.modules[name]
+    hooks.restore(before.hooks, after.hooks)
     return put_back
 
 
@@ -316,6 +325,7 @@ def settle(before: Snapshot) -> Disturbance:
         time.sleep(0.005)
         left = leftovers(before, replace(after, **_running()))
     findings += [f"the kernel left {what}" for what in left]
+    _end_processes(before)
     return Disturbance(tuple(findings), tuple(restore(before, after, bool(state))),
                        put_back_warnings(before, after))
 
@@ -344,6 +354,15 @@ def put_back_warnings(before: Snapshot, after: Snapshot) -> tuple[str, ...]:
 _MAX_NAMED = 8     # variables named in a warning; the rest are counted
 
 
+def _end_processes(before: Snapshot) -> None:
+    """Kill what the kernel left running, with everything below it, before the reply is sent: the
+    worker is a subreaper, so a process in a session of its own is among its children too, and
+    nothing it holds (the protocol socket, an inherited pipe) outlives the case."""
+    left = sorted(_running()["children"] - before.children)
+    for pid in left:
+        reap([pid, *kill_tree(pid, include_self=True)])
+
+
 def with_findings(found: Findings, disturbed: Disturbance) -> Findings:
     """The checks' findings with one ``CONTRACT`` finding per disturbance, by precedence."""
     if not disturbed.findings:
@@ -353,20 +372,50 @@ def with_findings(found: Findings, disturbed: Disturbance) -> Findings:
     return replace(found, outcome=items[0].outcome, items=tuple(items))
 
 
+class Deferred(Exception):
+    """The worker's state changed between cases (``drift``): something an earlier kernel left (a
+    timer, a finalizer, a callback) acted after that kernel's case was checked.  This case must not
+    run here, nor take the blame."""
+
+    def __init__(self, changes: list[str]):
+        super().__init__("; ".join(changes))
+        self.changes = changes
+
+
+def drift(pristine: Snapshot, now: Snapshot) -> list[str]:
+    """What differs from the worker's state when it started (torch, namespaces, modules, hooks), and
+    processes that appeared below it since; the environment and cwd are put back after every case."""
+    out = state_changes(pristine, now)
+    procs = sorted(now.children - pristine.children)
+    if procs:
+        out.append(f"{len(procs)} process(es) started: "
+                   + ", ".join(f"pid {p} ({_process_name(p)})" for p in procs))
+    return out
+
+
 class Watch:
     """The kernel's window in ``execute_case``: ``with watch:`` around its import and launch;
-    ``disturbed`` afterwards (empty when the window never opened)."""
+    ``disturbed`` afterwards (empty when the window never opened).  With ``pristine`` (the
+    worker's snapshot at start) the window's first snapshot is compared with it, and a
+    difference raises ``Deferred`` before the kernel runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, pristine: Snapshot | None = None) -> None:
         self._before: Snapshot | None = None
+        self._pristine = pristine
         self.disturbed = Disturbance()
 
     def __enter__(self) -> "Watch":
-        self._before = snapshot()
+        before = snapshot()
+        if self._pristine is not None:
+            changed = drift(self._pristine, before)
+            if changed:
+                raise Deferred(changed)
+        self._before = before
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.disturbed = settle(self._before)
+        if self._before is not None:
+            self.disturbed = settle(self._before)
 
 
 def warm_up(device: torch.device) -> None:

@@ -185,7 +185,7 @@ class CaseReply:
     kind: ClassVar[str] = "reply"
     case_id: str
     duration_s: float
-    outcome: Outcome | None = None     # None exactly when ``failure`` is set
+    outcome: Outcome | None = None     # None exactly when ``failure`` or ``deferred`` is set
     summary: str = ""
     report: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -194,12 +194,15 @@ class CaseReply:
     replace_worker: str = ""           # why the worker must not run another case ("" when it may)
     warnings: tuple[str, ...] = ()     # what the user must know about the case that is not a failure
     hint: str = ""                     # what a wholesale mismatch looks like (harness/worker/hints.py), or ""
+    # the case did not run: the worker's state had changed since it started, before this case's kernel
+    # ran (a timer, a finalizer, a callback an earlier kernel left); the front end runs it again elsewhere
+    deferred: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         failure = self.failure
         return {
             "message": self.kind, "case_id": self.case_id, "duration_s": self.duration_s,
-            "nonce": self.nonce, "replace_worker": self.replace_worker,
+            "nonce": self.nonce, "replace_worker": self.replace_worker, "deferred": self.deferred,
             "warnings": list(self.warnings), "hint": self.hint,
             "outcome": self.outcome.value if self.outcome else None,
             "summary": self.summary, "report": self.report, "metrics": self.metrics,
@@ -216,12 +219,14 @@ class CaseReply:
                    summary=data["summary"], report=data["report"], metrics=data["metrics"],
                    failure=None if failure is None else Failure(
                        Stage(failure["stage"]), failure["exc_type"], failure["message"], failure["traceback"]),
-                   nonce=data["nonce"], replace_worker=data["replace_worker"],
+                   nonce=data["nonce"], replace_worker=data["replace_worker"], deferred=data.get("deferred", ""),
                    warnings=tuple(data.get("warnings", ())), hint=data.get("hint", ""))
 
     def brief(self) -> str:
         if self.failure is not None:
             what = f"{self.failure.exc_type} in {self.failure.stage.value}"
+        elif self.deferred:
+            what = f"not run (changed since the worker started: {self.deferred})"
         else:
             what = self.outcome.value
         return f"reply case={self.case_id} {what} {self.duration_s:.3f}s" + (

@@ -13,6 +13,12 @@ The worker dies with the front end (``lifeline``): a thread waits for the front 
 exit and then kills the worker's whole process group (the kernel's children too), and
 the worker's parent-death signal (``PR_SET_PDEATHSIG``, Linux) kills it even when
 that thread cannot run.
+
+The worker is a child subreaper (``become_subreaper``, Linux): a process a kernel starts
+in a session of its own, or by a double fork, is re-parented to the worker when its parent
+ends instead of to init, so it stays below the worker, where the hygiene check finds it
+after the case and ``kill_tree`` kills it; when the loop ends, everything below the worker
+is killed.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
+from harness.processes import kill_tree, reap
 from harness.worker import protocol
 
 
@@ -56,7 +63,27 @@ _PR_SET_PDEATHSIG = 1
 _PARENT_POLL_S = 0.25
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants (``setsid``, double fork, ``start_new_session``) this process's
+    children instead of init's, so none escapes it (Linux >= 3.4; False where it is not there)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def end_descendants() -> None:
+    """Kill everything below this process (a loop that ends, a lifeline that fires)."""
+    reap(kill_tree(os.getpid()), within_s=0.5)
+
+
 def _die_with_group() -> None:
+    end_descendants()          # those in sessions of their own, found through the subreaper
     # the worker leads its own process group (its own session): the kernel's children go with it
     if os.getpgrp() == os.getpid():
         os.killpg(os.getpgrp(), signal.SIGKILL)
@@ -89,8 +116,10 @@ def lifeline(front_end_pid: int) -> None:
 
     The worker's parent (the front end for a spawned worker, the zygote for a forked one)
     also gets a parent-death signal where Linux has one: it needs no Python thread to run,
-    so a kernel stuck in native code holding the GIL still dies with its parent.
+    so a kernel stuck in native code holding the GIL still dies with its parent.  The worker
+    becomes a subreaper first, so what a kernel starts in a session of its own stays below it.
     """
+    become_subreaper()
     if sys.platform.startswith("linux"):
         parent = os.getppid()
         try:
@@ -103,7 +132,15 @@ def lifeline(front_end_pid: int) -> None:
 
 
 def serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
-    """The message loop: announce readiness, then run cases until ``Stop`` or the pipe closes."""
+    """The message loop: announce readiness, then run cases until ``Stop`` or the pipe closes;
+    then nothing a kernel started is left below the worker."""
+    try:
+        return _serve(conn, device_text, golden_dtype)
+    finally:
+        end_descendants()
+
+
+def _serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
     faulthandler.enable(all_threads=True)           # fatal signals: stacks to fd 2 (the case log)
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
@@ -111,7 +148,8 @@ def serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
     from harness.devices import backend as backend_for, host_memory, local_device, parse_device
     from harness.worker.determinism import Baselines
     from harness.worker.execute import KernelLoader, execute_case
-    from harness.worker.hygiene import warm_up
+    from harness.worker.hooks import install_audit_sentinel
+    from harness.worker.hygiene import snapshot, warm_up
     from harness.worker import repeats as reuse
 
     device = local_device(parse_device(device_text))   # a pinned worker's only device (docs/ascend.md)
@@ -133,6 +171,8 @@ def serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
             warm_up(backend.torch_device(device))     # torch's own pools: not a kernel's leftovers
         except Exception:      # a device that fails here fails the first case too, which classifies it
             pass
+    install_audit_sentinel()
+    pristine = snapshot()      # every case's state is compared with this (hygiene.drift)
     # no root: this process never writes a golden; it reads the golden process's files
     golden_cache = GoldenCache(None)
     loader = KernelLoader()
@@ -150,7 +190,7 @@ def serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
         with redirected_output(request.log):
             reply = execute_case(request.case, device, backend, golden_cache, loader, golden_dtype,
                                  golden=request.golden, repeat=request.repeat, baseline=request.baseline,
-                                 baselines=baselines, repeats=repeats)
+                                 baselines=baselines, repeats=repeats, pristine=pristine)
         protocol.send(conn, dataclasses.replace(reply, nonce=request.nonce))
 
 
@@ -202,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--golden-dtype", default="fp32")
     parser.add_argument("--front-end-pid", type=int, required=True)
     args = parser.parse_args(argv)
+    os.set_inheritable(args.fd, False)     # the protocol socket: no program a kernel runs gets it
     lifeline(args.front_end_pid)
     return serve(Connection(args.fd), args.device, args.golden_dtype)
 

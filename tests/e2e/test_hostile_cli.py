@@ -148,3 +148,70 @@ def test_the_pytest_plugin_refuses_an_absent_accelerator_too(tmp_path):
     allowed = subprocess.run([*base, "--harness-allow-absent-devices"], cwd=tmp_path, capture_output=True, text=True,
                              timeout=120)
     assert allowed.returncode == 0 and "1 skipped" in allowed.stdout, allowed.stdout + allowed.stderr
+
+
+# -- special files and NUL bytes (issue 23, item 3) ------------------------------------
+
+def test_a_nul_byte_in_a_case_file_is_refused_at_its_place(tmp_path):
+    path = tmp_path / "nul.yaml"
+    path.write_bytes(b"op: rope_kv_write\nseed: 1\x00\n")
+    _refused(run_harness("list", str(path), cwd=tmp_path, timeout=FAST), "nul.yaml:2:8: a NUL byte")
+
+
+@pytest.mark.parametrize("env, fragment", [
+    ('  A: "x\\0y"', "env.A: environment values cannot hold a NUL byte"),
+    ('  "A\\0": x', "is not a valid environment variable name"),
+])
+def test_a_nul_in_env_is_refused_by_list_and_run(tmp_path, env, fragment):
+    path = write_case_file(tmp_path, "env.yaml", f"op: rope_kv_write\nenv:\n{env}\n")
+    for command in (["list"], ["run", "--no-store"]):
+        _refused(run_harness(*command, str(path), cwd=tmp_path, timeout=FAST), "env.yaml:3:", fragment)
+
+
+def _special(tmp_path, kind):
+    """A FIFO, or a symlink to /dev/zero (a device that reads forever)."""
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "special")
+        return tmp_path / "special", "is a FIFO"
+    return "/dev/zero", "is a device"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_special_file_inside_a_case_directory_is_never_opened(tmp_path, kind):
+    cases = tmp_path / "cases"
+    write_case_file(cases, "a.yaml", OK)
+    target, what = _special(tmp_path, kind)
+    os.symlink(target, cases / "b.yaml") if kind == "device" else os.mkfifo(cases / "b.yaml")
+    _refused(run_harness("list", str(cases), cwd=tmp_path, timeout=FAST), f"b.yaml: {what}", "not a case file")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_special_file_as_a_case_argument_says_what_it_is(tmp_path, kind):
+    target, what = _special(tmp_path, kind)
+    _refused(run_harness("list", str(target), cwd=tmp_path, timeout=FAST), what)
+
+
+def test_a_case_file_past_the_read_bound_is_refused(tmp_path):
+    from harness.casefiles.matrix import MAX_CASE_FILE_BYTES
+    path = tmp_path / "huge.yaml"
+    path.write_bytes(OK.encode() + b"#" * MAX_CASE_FILE_BYTES)
+    _refused(run_harness("list", str(path), cwd=tmp_path, timeout=FAST), "huge.yaml: larger than 4 MiB")
+
+
+@pytest.mark.parametrize("flag, value, fragment", [
+    ("--log-dir", "/dev/null", "--log-dir /dev/null: is a device, expected a directory"),
+    ("--log-dir", "fifo", "is a FIFO, expected a directory"),
+    ("--log-dir", "plain", "is a regular file, expected a directory"),
+    ("--golden-cache", "plain", "is a regular file, expected a directory"),
+    ("--golden-cache", "/dev/null", "--golden-cache /dev/null: is a device, expected a directory"),
+    ("--store", "/dev/null", "store /dev/null: is a device, not a database file"),
+    ("--store", "fifo", "store fifo: is a FIFO, not a database file"),
+    ("--json", "fifo", "--json fifo: is a FIFO that nothing reads"),
+    ("--html", "fifo", "--html fifo: is a FIFO that nothing reads"),
+])
+def test_special_files_given_to_path_flags_are_refused_before_any_case(tmp_path, flag, value, fragment):
+    path = write_case_file(tmp_path, "ok.yaml", OK)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "plain").write_text("")
+    store = [] if flag == "--store" else ["--no-store"]
+    _refused(run_harness("run", str(path), *store, flag, value, cwd=tmp_path, timeout=FAST), fragment)

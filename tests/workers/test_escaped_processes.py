@@ -1,0 +1,103 @@
+"""Nothing a kernel starts outlives its case (issue 23, item 2): the worker is a child subreaper,
+so a process in a session of its own or a double-forked one stays below it, is reported as a
+``CONTRACT`` finding with its command line, and is killed before the reply; clean cases after it
+in the same run pass, and nothing written into an inherited socket reaches their exchange."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from helpers import KERNELS_UNDER_TEST
+from harness.case import PRESETS, Case, SeqLens, SlotMode
+from harness.devices import Device
+from harness.outcomes import Outcome
+from harness.processes import process_state
+from harness.run.pool import DeviceWorker, WorkerOptions
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+
+
+def case(kernel: str, case_id: str, pids) -> Case:
+    return Case(case_id=case_id, matrix="t", source="test", op="rope_kv_write",
+                kernel=kernel if kernel == "reference" else f"hostile.escapes:{kernel}",
+                geometry=PRESETS["tiny"], seq_lens=SeqLens("multi_block"), slot_mode=SlotMode("arange"), seed=3,
+                timeout_s=60.0, env={"HOSTILE_PIDS": str(pids)})
+
+
+@pytest.fixture
+def make_worker(tmp_path):
+    made = []
+
+    def make(fork: bool = True) -> DeviceWorker:
+        options = WorkerOptions(log_dir=tmp_path / "logs", golden_cache=str(tmp_path / "goldens"),
+                                kernel_paths=(str(KERNELS_UNDER_TEST),), fork_cpu_workers=fork)
+        made.append(DeviceWorker(Device("cpu"), options))
+        return made[-1]
+
+    yield make
+    for w in made:
+        w.close()
+
+
+def _gone(pid: int) -> bool:
+    return process_state(pid) in ("", "Z", "X")
+
+
+def _pid(pids, name: str) -> int:
+    for _ in range(200):
+        if (pids / f"{name}.pid").exists() and (pids / f"{name}.pid").read_text():
+            return int((pids / f"{name}.pid").read_text())
+        time.sleep(0.01)
+    raise AssertionError(f"{name}.pid never written")
+
+
+@pytest.mark.parametrize("kernel, name, says, fork", [
+    ("daemon_in_new_session", "daemon", "(sleep 600)", True),
+    ("detached_writer", "writer", "child process(es) still running", True),
+    ("detached_writer", "writer", "child process(es) still running", False),
+], ids=["new-session", "daemonized", "daemonized-spawned"])
+def test_an_escaped_process_is_reported_killed_and_cannot_touch_later_cases(make_worker, tmp_path, kernel, name,
+                                                                             says, fork):
+    worker = make_worker(fork)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    bad = worker.run(case(kernel, "bad", pids), tmp_path / "bad.log")
+    escaped = _pid(pids, name)
+    assert bad.outcome is Outcome.CONTRACT, bad.summary
+    assert says in bad.report and f"pid {escaped}" in bad.report, bad.report
+    assert _gone(escaped)                                   # killed before the reply, not at the run's end
+    clean = [worker.run(case("reference", f"clean{i}", pids), tmp_path / f"clean{i}.log") for i in range(3)]
+    time.sleep(0.4)                                         # past the moment the writer would have written
+    clean.append(worker.run(case("reference", "clean3", pids), tmp_path / "clean3.log"))
+    assert [r.outcome for r in clean] == [Outcome.PASS] * 4, [r.summary for r in clean]
+    assert worker.replacements == 1
+
+
+def test_a_process_started_between_cases_is_deferred_and_dies_with_the_worker(tmp_path):
+    """A finalizer forks a daemon after its case was answered: the next case finds it (a change
+    since the worker started), runs again in a fresh worker, and the old worker's end kills the
+    daemon (before, it outlived the run with init as its parent).  Inputs are not kept for
+    repeats, so the buffer carrying the finalizer is dropped when its case ends."""
+    options = WorkerOptions(log_dir=tmp_path / "logs", golden_cache=str(tmp_path / "goldens"),
+                            kernel_paths=(str(KERNELS_UNDER_TEST),),
+                            base_env={**os.environ, "HARNESS_REUSE_INPUTS": "0"})
+    worker = DeviceWorker(Device("cpu"), options)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    try:
+        first = worker.run(case("finalizer_starts_daemon", "first", pids), tmp_path / "first.log")
+        late = _pid(pids, "late")
+        assert first.outcome is Outcome.PASS and not _gone(late)
+        after = worker.run(case("reference", "after", pids), tmp_path / "after.log")
+    finally:
+        worker.close()
+    assert after.outcome is Outcome.PASS, after.summary
+    assert after.metrics["hygiene"]["deferred"]["after_case"] == "first"
+    assert f"1 process(es) started: pid {late}" in after.metrics["hygiene"]["deferred"]["changes"]
+    for _ in range(100):
+        if _gone(late):
+            break
+        time.sleep(0.01)
+    assert _gone(late)
