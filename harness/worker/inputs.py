@@ -10,8 +10,16 @@ come from one seeded ``torch.Generator`` on the host, as do the RoPE tables (flo
 there, then rounded): they are small, and the host is where their bytes are defined.
 Everything else is drawn where the case runs, with operations whose results are exact
 on any device (see ``counter_rng``), so no cache crosses from the host.  Caches come
-back in their pre-launch state: a random canary everywhere, valid context rows where
-the op reads them.
+back in their pre-launch state: a canary everywhere, valid context rows where the op
+reads them.
+
+Attention is shaped on purpose (docs/cases.md, "attention"; docs/contracts.md, "What the
+kernel finds in its buffers"): the q/k norm weights, the query and the cached keys are
+scaled so the logits spread as the case's ``attention`` asks, and every query head carries
+a shared component on its slowest RoPE pair, which positions barely rotate.  The
+canary keys point along that pair, so any query that reads a row it must not read gives
+it a dominant score (a *hot* canary), and the canary values lie far from every real
+value: one stray read moves the output far beyond the tolerance.
 """
 from __future__ import annotations
 
@@ -24,13 +32,25 @@ from typing import Any
 
 import torch
 
-from harness.case import Case
+from harness.case import ATTENTION_SPREADS, Case
 from harness.ops import OPS, OpSpec, resolve_shape
 from harness.worker import counter_rng
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int32": torch.int32}
 _CANARY_PERIOD = 4093  # prime, so the pattern never lines up with rows or pages
 _CANARY_REPEATS = -(-(_CANARY_PERIOD + counter_rng.WINDOW) // _CANARY_PERIOD)   # a window from any phase
+# The shared query component: q_proj's elements on each head's slowest RoPE pair are
+# ``_SHARED_LEVEL + x/4`` (x the N(0, 1) draw, |x| < 4.4), so every query leans the same
+# way there whatever its position.  Its part of q·k against a real key is as random as the
+# rest (real keys get no shared part).
+_SHARED_LEVEL = 4.0
+# Canary scores aimed at (before the spread of the weights): far above the largest real
+# logit (about 4.4·spread·1.2 at most), far below exp's float32 overflow (88) even for a
+# kernel that subtracts the real maximum only.
+_CANARY_SCORE = {"base": 24.0, "per_spread": 8.0}
+# Ops whose canaries are hot: those whose query the generator shapes.  decode_layers'
+# queries come out of its own weights from the hidden state; its canary stays the cold one.
+_COLD_CANARY_OPS = ("decode_layers",)
 
 
 @dataclass
@@ -75,6 +95,7 @@ def input_spec(case: Case) -> dict[str, Any]:
         "chunk_size": case.chunk_size,
         "block_value": case.block_value,
         "seed": case.seed,
+        "attention": case.attention,
         "generator": inputs_source_hash(),
         "draws": counter_rng.VERSION,
     }
@@ -106,12 +127,16 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
     pages = block_table[row_seq, positions // P].to(torch.int64)
     slots = _slots(case, pages * P + positions % P, g)
 
-    gains = _decode_weight_gains(seq_lens) if case.op == "decode_layers" else {}
+    spread = ATTENTION_SPREADS[case.attention]
+    gains = _decode_weight_gains(seq_lens, spread) if case.op == "decode_layers" else {}
     args: dict[str, Any] = {}
     for arg in op.args:
         if arg.role == "input":
             args[arg.name] = _generate_input(arg.name, resolve_shape(arg.shape, sizes), DTYPES[arg.dtype], case.seed,
-                                             device, gains.get(arg.name, 1.0))
+                                             device, gains.get(arg.name, 1.0), spread)
+    hot = case.op not in _COLD_CANARY_OPS
+    if hot and "q_proj" in args:
+        _share(args["q_proj"].view(-1, geo.num_heads, geo.head_dim), _SHARED_LEVEL)
     rope_cos, rope_sin = rope_tables(case.max_pos, geo.head_dim, geo.rope_theta)
     derived = {
         "rope_cos": rope_cos,
@@ -129,8 +154,10 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
         args[arg.name] = {
             "eps": geo.eps, "scale": 1.0 / math.sqrt(geo.head_dim), "num_layers": geo.num_layers,
         }[arg.name]
+    canary = _CanaryKeys(geo.head_dim, spread) if hot else None
     for arg in op.caches:
-        args[arg.name] = _cache(arg.name, resolve_shape(arg.shape, sizes), block_table, filled, P, case.seed, device)
+        args[arg.name] = _cache(arg.name, resolve_shape(arg.shape, sizes), block_table, filled, P, case.seed, device,
+                                spread, canary)
 
     outputs = {a.name: (resolve_shape(a.shape, sizes), DTYPES[a.dtype]) for a in op.outputs}
     return CaseInputs(op, args, outputs, slots, row_seq, sizes, input_spec(case))
@@ -167,8 +194,11 @@ def _block_table(case: Case, seq_lens: list[int], g: torch.Generator) -> torch.T
     if case.block_value is not None:       # warmup: every block of every sequence on one page
         return torch.full((B, MB), case.block_value, dtype=torch.int32)
     needed = [math.ceil(s / P) for s in seq_lens]
+    # The last page is handed out last, so whenever a sequence leaves blocks at -1 (fewer
+    # pages needed than exist) it is owned by no sequence: what a -1 entry reaches when a
+    # kernel uses it as an index (cache[-1]) is a page of hot canaries.
     if case.slot_mode.kind == "random":
-        pool = torch.randperm(N, generator=g)
+        pool = torch.cat([torch.randperm(N - 1, generator=g), torch.tensor([N - 1])])
     else:
         pool = torch.arange(N)
     table = torch.full((B, MB), -1, dtype=torch.int32)
@@ -192,7 +222,7 @@ def _slots(case: Case, mapped: torch.Tensor, g: torch.Generator) -> torch.Tensor
 
 
 def _generate_input(name: str, shape: tuple[int, ...], dtype: torch.dtype, seed: int,
-                    device: torch.device, gain: float = 1.0) -> torch.Tensor:
+                    device: torch.device, gain: float = 1.0, spread: float = 1.0) -> torch.Tensor:
     """One input tensor; scales and shifts go into the draw's table (rounded once, no extra pass)."""
     if dtype == torch.int32:
         return torch.zeros(shape, dtype=dtype, device=device)   # indices are filled in by generate()
@@ -200,27 +230,81 @@ def _generate_input(name: str, shape: tuple[int, ...], dtype: torch.dtype, seed:
         return torch.empty(shape, dtype=dtype, device=device)   # replaced by rope_tables()
     if name == "inv_rms":
         return counter_rng.draw(seed, name, shape, "uniform", dtype, device, shift=0.5)
+    if name in ("q_norm_weight", "k_norm_weight"):         # near sqrt(spread): logits spread by `spread`
+        root = math.sqrt(spread)
+        return counter_rng.draw(seed, name, shape, "normal", dtype, device, scale=0.1 * root, shift=root)
     if name.endswith("_weight"):                           # norm weights: near one, not one
         return counter_rng.draw(seed, name, shape, "normal", dtype, device, scale=0.1, shift=1.0)
+    if name == "query":                                    # paged decode: q after its norm and RoPE
+        return _query(shape, seed, device, spread).to(dtype)
     if name.startswith("w") or name == "lm_head":          # weights: fan-in scaled
         gain /= math.sqrt(shape[0] if name != "lm_head" else shape[1])
     return counter_rng.draw(seed, name, shape, "normal", dtype, device, scale=gain)
 
 
-def _decode_weight_gains(seq_lens: list[int]) -> dict[str, float]:
+def _decode_weight_gains(seq_lens: list[int], spread: float = 1.0) -> dict[str, float]:
     """Every sublayer must move the residual stream by O(1), so a broken attention cannot hide.
 
-    Attention averages about s/e value rows (N(0,1) softmax logits), shrinking its
-    output by sqrt(e/s); ``wo`` gets that factor back.  The MLP's silu·up product
-    has RMS ≈ 0.6, so ``w_down`` gets 1/0.6.
+    Attention with N(0, spread²) softmax logits averages about s·exp(-spread²) value
+    rows (the effective count of log-normal weights; s/e for spread 1), shrinking its
+    output by the square root of that; ``wo`` gets the factor back.  The MLP's silu·up
+    product has RMS ≈ 0.6, so ``w_down`` gets 1/0.6.
     """
     typical = sum(seq_lens) / len(seq_lens)
-    return {"wo": max(1.0, math.sqrt(typical / math.e)), "w_down": 1 / 0.6}
+    return {"wo": max(1.0, math.sqrt(typical * math.exp(-spread * spread))), "w_down": 1 / 0.6}
+
+
+def _pair(head_dim: int) -> tuple[int, int]:
+    """The slowest-rotating NeoX RoPE pair of a head: (D/2 - 1, D - 1)."""
+    return head_dim // 2 - 1, head_dim - 1
+
+
+def _share(heads: torch.Tensor, level: float) -> None:
+    """In place on ``[..., H, D]`` float32 draws: the slowest pair's elements become
+    ``level + x/4`` (exact float32 operations, the same bytes on every device)."""
+    for d in _pair(heads.shape[-1]):
+        heads[..., d].mul_(0.25).add_(level)
+
+
+def _norm_factor(head_dim: int) -> float:
+    """What the QK-norm multiplies a q_proj head by on average: its RMS is sqrt((D-2 + 2·level²)/D)."""
+    return math.sqrt(head_dim / (head_dim - 2 + 2 * _SHARED_LEVEL ** 2))
+
+
+def _query(shape: tuple[int, ...], seed: int, device: torch.device, spread: float) -> torch.Tensor:
+    """paged_decode_attention's query, float32: what the QK-norm and RoPE would make of a
+    shaped q_proj with unit weights times sqrt(spread)."""
+    root = math.sqrt(spread)
+    q = counter_rng.draw(seed, "query", shape, "normal", torch.float32, device)
+    _share(q, _SHARED_LEVEL)
+    return q.mul_(root * _norm_factor(shape[-1]))
+
+
+@dataclass(frozen=True)
+class _CanaryKeys:
+    """Canary key rows: ``level`` on the slowest RoPE pair, the small canary pattern elsewhere.
+
+    A query's slowest pair holds about ``sqrt(spread)·norm·_SHARED_LEVEL`` per element
+    (positions rotate it by under 0.02 rad up to 10^4 tokens at rope_theta 10^6), so its
+    score against a canary key is about ``2·level·that/sqrt(D)``; ``level`` puts that at
+    ``_CANARY_SCORE``."""
+
+    level: float
+
+    def __init__(self, head_dim: int, spread: float) -> None:
+        per_query = math.sqrt(spread) * _SHARED_LEVEL * _norm_factor(head_dim)
+        score = _CANARY_SCORE["base"] + _CANARY_SCORE["per_spread"] * spread
+        object.__setattr__(self, "level", score * math.sqrt(head_dim) / (2 * per_query))
 
 
 def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled: list[int], P: int,
-           seed: int, device: torch.device) -> torch.Tensor:
+           seed: int, device: torch.device, spread: float = 1.0, hot: "_CanaryKeys | None" = None) -> torch.Tensor:
     """Canary everywhere (values no valid row has), valid context where it is read.
+
+    Context keys are N(0, spread) (N(0, 1) times sqrt(spread), as the k norm weight
+    scales a fresh key).  With ``hot``: canary keys are the small pattern (|x| <= 1)
+    with ``hot.level`` on the slowest RoPE pair, canary values the pattern pushed to
+    16 <= |x| < 48, beyond every real value (|x| < 4.5); else the pattern itself.
 
     Sized for qwen3-14b (40 layers of [N, 128, 8, 128]): each byte is written once.
     Context element ``f`` of a layer is element ``f`` of that layer's stream, drawn in
@@ -237,13 +321,22 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
             context[block_table[b, pos // P].to(torch.int64) * P + pos % P] = True
     context_runs, canary_runs = _runs_of(context)
     period = counter_rng.draw(seed, f"{name}.canary", (_CANARY_PERIOD,), "uniform", torch.float32, device)
-    period = period.mul_(512).floor_().mul_(0.125).sub_(32).bfloat16()   # [-32, 32) in steps of 1/8: exact
-    tiled = period.repeat(_CANARY_REPEATS)
+    period = period.mul_(512).floor_().mul_(0.125).sub_(32)      # [-32, 32) in steps of 1/8: exact
+    is_key = name.startswith("k")
+    if hot is not None:
+        period = period.mul_(1 / 32) if is_key else period.add_(torch.where(period >= 0, 16.0, -16.0))
+    tiled = period.bfloat16().repeat(_CANARY_REPEATS)
+    scale = math.sqrt(spread) if is_key else 1.0
     for layer_index, layer in enumerate(layers):
         stream = name if len(shape) == 4 else f"{name}[{layer_index}]"
-        counter_rng.fill(layer, seed, stream, "normal", [(start * row, count * row) for start, count in context_runs])
+        counter_rng.fill(layer, seed, stream, "normal", [(start * row, count * row) for start, count in context_runs],
+                         scale=scale)
         for start, count in canary_runs:
             _tile_canary(layer[start * row:(start + count) * row], (layer_index * rows + start) * row, tiled)
+            if hot is not None and is_key:
+                heads = layer[start * row:(start + count) * row].view(count, shape[-2], shape[-1])
+                for d in _pair(shape[-1]):
+                    heads[..., d] = hot.level
     return cache
 
 
