@@ -144,7 +144,13 @@ def main(argv: list[str] | None = None) -> int:
                     kcase = kernel_case(case, kernel)
                     if kcase is None:
                         continue
-                    reply = execute_case(kcase, device, be, cache, loader)
+                    saved = {k: os.environ.get(k) for k in kcase.env}
+                    os.environ.update(kcase.env)      # what a worker does with a case's env
+                    try:
+                        reply = execute_case(kcase, device, be, cache, loader)
+                    finally:
+                        for k, v in saved.items():
+                            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
                     outcome = reply.outcome.value if reply.failure is None else f"EXC:{reply.failure.exc_type}"
                     summary = reply.to_wire().get("summary") or (reply.failure and reply.failure.message) or ""
                     row = rows[(kernel, group, value or "none")]

@@ -51,6 +51,7 @@ _CANARY_SCORE = {"base": 24.0, "per_spread": 8.0}
 # Ops whose canaries are hot: those whose query the generator shapes.  decode_layers'
 # queries come out of its own weights from the hidden state; its canary stays the cold one.
 _COLD_CANARY_OPS = ("decode_layers",)
+CANARY_VALUE_MIN = 16.0     # every hot canary value has |x| >= this; every real value is below 6.7
 
 
 @dataclass
@@ -324,7 +325,7 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
     period = period.mul_(512).floor_().mul_(0.125).sub_(32)      # [-32, 32) in steps of 1/8: exact
     is_key = name.startswith("k")
     if hot is not None:
-        period = period.mul_(1 / 32) if is_key else period.add_(torch.where(period >= 0, 16.0, -16.0))
+        period = period.mul_(1 / 32) if is_key else period.add_(torch.where(period >= 0, CANARY_VALUE_MIN, -CANARY_VALUE_MIN))
     tiled = period.bfloat16().repeat(_CANARY_REPEATS)
     scale = math.sqrt(spread) if is_key else 1.0
     for layer_index, layer in enumerate(layers):
