@@ -27,19 +27,21 @@ def hint(ci: CaseInputs, name: str, actual: torch.Tensor, compared: torch.Tensor
     P, Hkv, D = values.shape[-3:]
     rows = values.reshape(-1, Hkv, D).float()
     canary = (rows.abs() >= CANARY_VALUE_MIN).all(-1)         # [slots, Hkv]
-    readable = rows[~canary].abs().max() if bool((~canary).any()) else torch.tensor(0.0)
+    readable = torch.where(canary[..., None], 0.0, rows.abs()).amax()
     if "v_proj" in ci.args:
         fresh = (ci.args["v_proj"].float() * ci.args["inv_rms"].float()).abs().max()
-        readable = torch.maximum(readable.to(fresh.device), fresh)
+        readable = torch.maximum(readable, fresh.to(readable.device))
     bound = float(readable) * (1 + 2 ** -7) + 1e-3            # one bf16 rounding of the largest readable value
     out = actual.float().to(rows.device)
     beyond = (out.abs() > bound) & compared.to(rows.device)
-    hit = beyond.flatten(2).any(-1).nonzero().tolist()        # [(row, head)]
-    if not hit:
+    rows_hit = beyond.flatten(2).any(-1)                       # [row, head], on the device
+    count = int(rows_hit.sum())
+    if not count:
         return ""
+    hit = rows_hit.nonzero()[:_LISTED].tolist()                # only what is named comes back
     G = out.shape[1] // Hkv
     named = []
-    for r, h in hit[:_LISTED]:
+    for r, h in hit:
         candidates = canary[:, h // G].nonzero().flatten()
         if candidates.numel():
             diff = (rows[candidates, h // G] - out[r, h]).abs().amax(-1)
@@ -50,6 +52,6 @@ def hint(ci: CaseInputs, name: str, actual: torch.Tensor, compared: torch.Tensor
                              f"(page {slot // P}, offset {slot % P})")
                 continue
         named.append(f"out[{r}, {h}] reaches |x| = {float(out[r, h].abs().max()):.3g}")
-    more = f" (+{len(hit) - _LISTED} more rows)" if len(hit) > _LISTED else ""
+    more = f" (+{count - len(hit)} more rows)" if count > len(hit) else ""
     return (f" — reads outside the sequence: {'; '.join(named)}{more}, beyond every value row it may read "
             f"(|x| <= {float(readable):.3g}; rows it must not read hold canary values, |x| >= {CANARY_VALUE_MIN:g})")
