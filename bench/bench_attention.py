@@ -44,6 +44,7 @@ MUTANTS = ("mutant:off_by_one_page", "mutant:one_key_too_few", "mutant:one_key_t
            "mutant:block_too_many", "outside.missed_first_key")
 PASSING = {"PASS", "NEAR_TIE"}
 ATTENTION_OPS = ("paged_decode_attention", "fused_rope_decode_attention", "prefill_attention")
+MUTANT_OPS = {"off_by_one_page": ATTENTION_OPS[1:]}      # the others: every attention op
 
 LONG = {
     "long-paged": """
@@ -95,7 +96,7 @@ def kernel_case(case, kernel: str):
     import importlib
     from harness.registry import BUILTINS
     if kernel.startswith("mutant:"):
-        if case.kernel != "reference":
+        if case.kernel != "reference" or case.op not in MUTANT_OPS.get(kernel.split(":", 1)[1], ATTENTION_OPS):
             return None
         env = {**case.env, "HARNESS_MUTANT": kernel.split(":", 1)[1], "HARNESS_MUTANT_KERNEL": "reference"}
         return replace(case, kernel="harness.kernels.mutants.operators", env=env)

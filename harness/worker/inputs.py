@@ -44,6 +44,12 @@ _CANARY_REPEATS = -(-(_CANARY_PERIOD + counter_rng.WINDOW) // _CANARY_PERIOD)   
 # way there whatever its position.  Its part of q·k against a real key is as random as the
 # rest (real keys get no shared part).
 _SHARED_LEVEL = 4.0
+# Recency: q and k (q_proj and k_proj, before the norm and RoPE; the cached keys and paged
+# decode's query as RoPE leaves them) share ``_RECENCY`` on every other dimension, so
+# ``q·k`` holds a sum of cos((query position - key position)·f) over the RoPE frequencies:
+# largest for the nearest keys and decaying with distance, as RoPE attention does.  The
+# most recent keys, those a boundary, page or length bug touches first, carry weight.
+_RECENCY = 1.0
 # Canary scores aimed at (before the spread of the weights): far above the largest real
 # logit (about 4.4·spread·1.2 at most), far below exp's float32 overflow (88) even for a
 # kernel that subtracts the real maximum only.
@@ -138,6 +144,8 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
     hot = case.op not in _COLD_CANARY_OPS
     if hot and "q_proj" in args:
         _share(args["q_proj"].view(-1, geo.num_heads, geo.head_dim), _SHARED_LEVEL)
+        _lean(args["q_proj"].view(-1, geo.num_heads, geo.head_dim))
+        _lean(args["k_proj"].view(-1, geo.num_kv_heads, geo.head_dim))
     rope_cos, rope_sin = rope_tables(case.max_pos, geo.head_dim, geo.rope_theta)
     derived = {
         "rope_cos": rope_cos,
@@ -151,14 +159,20 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
         derived["cu_seqlens"] = torch.tensor([0, *itertools.accumulate(chunk)], dtype=torch.int32)
         derived["context_lens"] = torch.tensor(context, dtype=torch.int32)
     args.update({name: value.to(device) for name, value in derived.items() if name in args})
+    leaning = _leaning(rope_cos, rope_sin) if hot else None
+    if "query" in args and leaning is not None:   # paged decode: as the norm and RoPE would leave q
+        args["query"] = _query(args["query"], leaning[positions].to(device), spread).bfloat16()
     for arg in op.by_role("scalar"):
         args[arg.name] = {
             "eps": geo.eps, "scale": 1.0 / math.sqrt(geo.head_dim), "num_layers": geo.num_layers,
         }[arg.name]
     canary = _CanaryKeys(geo.head_dim, spread) if hot else None
+    key_scale = math.sqrt(spread) * (_key_norm_factor(geo.head_dim) if hot else 1.0)
     for arg in op.caches:
         args[arg.name] = _cache(arg.name, resolve_shape(arg.shape, sizes), block_table, filled, P, case.seed, device,
-                                spread, canary)
+                                key_scale, canary)
+    if leaning is not None:
+        _lean_cached(args["k_cache"], block_table, filled, P, leaning * key_scale)
 
     outputs = {a.name: (resolve_shape(a.shape, sizes), DTYPES[a.dtype]) for a in op.outputs}
     return CaseInputs(op, args, outputs, slots, row_seq, sizes, input_spec(case))
@@ -236,8 +250,8 @@ def _generate_input(name: str, shape: tuple[int, ...], dtype: torch.dtype, seed:
         return counter_rng.draw(seed, name, shape, "normal", dtype, device, scale=0.1 * root, shift=root)
     if name.endswith("_weight"):                           # norm weights: near one, not one
         return counter_rng.draw(seed, name, shape, "normal", dtype, device, scale=0.1, shift=1.0)
-    if name == "query":                                    # paged decode: q after its norm and RoPE
-        return _query(shape, seed, device, spread).to(dtype)
+    if name == "query":                                    # paged decode: shaped by generate()
+        return counter_rng.draw(seed, name, shape, "normal", torch.float32, device)
     if name.startswith("w") or name == "lm_head":          # weights: fan-in scaled
         gain /= math.sqrt(shape[0] if name != "lm_head" else shape[1])
     return counter_rng.draw(seed, name, shape, "normal", dtype, device, scale=gain)
@@ -268,17 +282,55 @@ def _share(heads: torch.Tensor, level: float) -> None:
 
 
 def _norm_factor(head_dim: int) -> float:
-    """What the QK-norm multiplies a q_proj head by on average: its RMS is sqrt((D-2 + 2·level²)/D)."""
-    return math.sqrt(head_dim / (head_dim - 2 + 2 * _SHARED_LEVEL ** 2))
+    """What the QK-norm multiplies a q_proj head by on average: its mean square is
+    ((D-2)·(1 + recency²) + 2·level²) / D."""
+    return math.sqrt(head_dim / ((head_dim - 2) * (1 + _RECENCY ** 2) + 2 * _SHARED_LEVEL ** 2))
 
 
-def _query(shape: tuple[int, ...], seed: int, device: torch.device, spread: float) -> torch.Tensor:
-    """paged_decode_attention's query, float32: what the QK-norm and RoPE would make of a
-    shaped q_proj with unit weights times sqrt(spread)."""
-    root = math.sqrt(spread)
-    q = counter_rng.draw(seed, "query", shape, "normal", torch.float32, device)
+def _key_norm_factor(head_dim: int) -> float:
+    """The same for a k_proj head: ((D-2)·(1 + recency²) + 2) / D."""
+    return math.sqrt(head_dim / ((head_dim - 2) * (1 + _RECENCY ** 2) + 2))
+
+
+def _lean(heads: torch.Tensor) -> None:
+    """In place on ``[..., H, D]`` float32: ``_RECENCY`` added to every dimension but the slowest pair."""
+    a, b = _pair(heads.shape[-1])
+    heads[..., :a].add_(_RECENCY)
+    heads[..., a + 1:b].add_(_RECENCY)
+
+
+def _leaning(rope_cos: torch.Tensor, rope_sin: torch.Tensor) -> torch.Tensor:
+    """``[max_pos, D]`` float32 on the host: the shared recency vector as RoPE leaves it at each position."""
+    u = torch.full((rope_cos.shape[1],), _RECENCY)
+    a, b = _pair(len(u))
+    u[a] = u[b] = 0.0
+    half = len(u) // 2
+    rotated = torch.cat([-u[half:], u[:half]])
+    return u * rope_cos + rotated * rope_sin
+
+
+def _lean_cached(k_cache: torch.Tensor, block_table: torch.Tensor, filled: list[int], P: int,
+                 leaning: torch.Tensor) -> None:
+    """Every context key gets the leaning of its position (float32 sum, rounded once)."""
+    slots, positions = [], []
+    for b, count in enumerate(filled):
+        if count > 0:
+            pos = torch.arange(count)
+            slots.append(block_table[b, pos // P].to(torch.int64) * P + pos % P)
+            positions.append(pos)
+    if not slots:
+        return
+    slot, pos = torch.cat(slots).to(k_cache.device), torch.cat(positions)
+    rows = k_cache.view(-1, *k_cache.shape[-2:])
+    rows[slot] = (rows[slot].float() + leaning[pos].to(k_cache.device)[:, None, :]).bfloat16()
+
+
+def _query(q: torch.Tensor, leaning: torch.Tensor, spread: float) -> torch.Tensor:
+    """paged_decode_attention's query from its float32 draw: what the QK-norm and RoPE would
+    make of a shaped q_proj with weights sqrt(spread) (the leaning at each row's position)."""
     _share(q, _SHARED_LEVEL)
-    return q.mul_(root * _norm_factor(shape[-1]))
+    q.add_(leaning[:, None, :])
+    return q.mul_(math.sqrt(spread) * _norm_factor(q.shape[-1]))
 
 
 @dataclass(frozen=True)
@@ -299,11 +351,11 @@ class _CanaryKeys:
 
 
 def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled: list[int], P: int,
-           seed: int, device: torch.device, spread: float = 1.0, hot: "_CanaryKeys | None" = None) -> torch.Tensor:
+           seed: int, device: torch.device, key_scale: float = 1.0, hot: "_CanaryKeys | None" = None) -> torch.Tensor:
     """Canary everywhere (values no valid row has), valid context where it is read.
 
-    Context keys are N(0, spread) (N(0, 1) times sqrt(spread), as the k norm weight
-    scales a fresh key).  With ``hot``: canary keys are the small pattern (|x| <= 1)
+    Context keys are N(0, 1) times ``key_scale`` (sqrt(spread) and, for hot ops, the
+    norm factor of a k_proj head, as the QK-norm and its weight scale a fresh key).  With ``hot``: canary keys are the small pattern (|x| <= 1)
     with ``hot.level`` on the slowest RoPE pair, canary values the pattern pushed to
     16 <= |x| < 48, beyond every real value (|x| < 4.5); else the pattern itself.
 
@@ -327,7 +379,7 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
     if hot is not None:
         period = period.mul_(1 / 32) if is_key else period.add_(torch.where(period >= 0, CANARY_VALUE_MIN, -CANARY_VALUE_MIN))
     tiled = period.bfloat16().repeat(_CANARY_REPEATS)
-    scale = math.sqrt(spread) if is_key else 1.0
+    scale = key_scale if is_key else 1.0
     for layer_index, layer in enumerate(layers):
         stream = name if len(shape) == 4 else f"{name}[{layer_index}]"
         counter_rng.fill(layer, seed, stream, "normal", [(start * row, count * row) for start, count in context_runs],
