@@ -159,9 +159,13 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
         derived["cu_seqlens"] = torch.tensor([0, *itertools.accumulate(chunk)], dtype=torch.int32)
         derived["context_lens"] = torch.tensor(context, dtype=torch.int32)
     args.update({name: value.to(device) for name, value in derived.items() if name in args})
-    leaning = _leaning(rope_cos, rope_sin) if hot else None
+    leaning = None
+    if hot:   # built on the device from the RoPE tables (paged decode has none among its arguments)
+        leaning = _leaning(*(args[n] if n in args else t.to(device)
+                             for n, t in (("rope_cos", rope_cos), ("rope_sin", rope_sin))))
     if "query" in args and leaning is not None:   # paged decode: as the norm and RoPE would leave q
-        args["query"] = _query(args["query"], leaning[positions].to(device), spread).bfloat16()
+        last = args["seq_lens"].long() - 1
+        args["query"] = _query(args["query"], leaning[last], spread).bfloat16()
     for arg in op.by_role("scalar"):
         args[arg.name] = {
             "eps": geo.eps, "scale": 1.0 / math.sqrt(geo.head_dim), "num_layers": geo.num_layers,
@@ -171,8 +175,8 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
     for arg in op.caches:
         args[arg.name] = _cache(arg.name, resolve_shape(arg.shape, sizes), block_table, filled, P, case.seed, device,
                                 key_scale, canary)
-    if leaning is not None:
-        _lean_cached(args["k_cache"], block_table, filled, P, leaning * key_scale)
+    if leaning is not None and "block_table" in args:      # rope_kv_write reads no cached key
+        _lean_cached(args["k_cache"], args["block_table"], filled, P, leaning.mul_(key_scale))
 
     outputs = {a.name: (resolve_shape(a.shape, sizes), DTYPES[a.dtype]) for a in op.outputs}
     return CaseInputs(op, args, outputs, slots, row_seq, sizes, input_spec(case))
@@ -300,8 +304,9 @@ def _lean(heads: torch.Tensor) -> None:
 
 
 def _leaning(rope_cos: torch.Tensor, rope_sin: torch.Tensor) -> torch.Tensor:
-    """``[max_pos, D]`` float32 on the host: the shared recency vector as RoPE leaves it at each position."""
-    u = torch.full((rope_cos.shape[1],), _RECENCY)
+    """``[max_pos, D]`` float32 where the tables are: the shared recency vector as RoPE leaves it at
+    each position (exact products, one rounded sum: the same bytes on every device)."""
+    u = torch.full((rope_cos.shape[1],), _RECENCY, device=rope_cos.device)
     a, b = _pair(len(u))
     u[a] = u[b] = 0.0
     half = len(u) // 2
@@ -315,14 +320,14 @@ def _lean_cached(k_cache: torch.Tensor, block_table: torch.Tensor, filled: list[
     slots, positions = [], []
     for b, count in enumerate(filled):
         if count > 0:
-            pos = torch.arange(count)
+            pos = torch.arange(count, device=k_cache.device)
             slots.append(block_table[b, pos // P].to(torch.int64) * P + pos % P)
             positions.append(pos)
     if not slots:
         return
-    slot, pos = torch.cat(slots).to(k_cache.device), torch.cat(positions)
+    slot, pos = torch.cat(slots), torch.cat(positions)
     rows = k_cache.view(-1, *k_cache.shape[-2:])
-    rows[slot] = (rows[slot].float() + leaning[pos].to(k_cache.device)[:, None, :]).bfloat16()
+    rows[slot] = (rows[slot].float() + leaning[pos][:, None, :]).bfloat16()
 
 
 def _query(q: torch.Tensor, leaning: torch.Tensor, spread: float) -> torch.Tensor:
