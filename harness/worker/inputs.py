@@ -54,6 +54,10 @@ _RECENCY = 1.0
 # logit (about 4.4·spread·1.2 at most), far below exp's float32 overflow (88) even for a
 # kernel that subtracts the real maximum only.
 _CANARY_SCORE = {"base": 24.0, "per_spread": 8.0}
+# An attention sink, as trained models have on their first token: the cached key at position
+# 0 gets a score about this much higher on the shared pair, so a kernel that loses the first
+# key loses real weight (and the canaries still outscore it by 10 and more).
+_SINK_SCORE = {"base": 6.0, "per_spread": 2.0}
 # Ops whose canaries are hot: those whose query the generator shapes.  decode_layers'
 # queries come out of its own weights from the hidden state; its canary stays the cold one.
 _COLD_CANARY_OPS = ("decode_layers",)
@@ -176,7 +180,7 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
         args[arg.name] = _cache(arg.name, resolve_shape(arg.shape, sizes), block_table, filled, P, case.seed, device,
                                 key_scale, canary)
     if leaning is not None and "block_table" in args:      # rope_kv_write reads no cached key
-        _lean_cached(args["k_cache"], args["block_table"], filled, P, leaning.mul_(key_scale))
+        _lean_cached(args["k_cache"], args["block_table"], filled, P, leaning.mul_(key_scale), canary.sink)
 
     outputs = {a.name: (resolve_shape(a.shape, sizes), DTYPES[a.dtype]) for a in op.outputs}
     return CaseInputs(op, args, outputs, slots, row_seq, sizes, input_spec(case))
@@ -315,8 +319,9 @@ def _leaning(rope_cos: torch.Tensor, rope_sin: torch.Tensor) -> torch.Tensor:
 
 
 def _lean_cached(k_cache: torch.Tensor, block_table: torch.Tensor, filled: list[int], P: int,
-                 leaning: torch.Tensor) -> None:
-    """Every context key gets the leaning of its position (float32 sum, rounded once)."""
+                 leaning: torch.Tensor, sink: float) -> None:
+    """Every context key gets the leaning of its position (float32 sum, rounded once); the one at
+    position 0 also ``sink`` on the shared pair."""
     slots, positions = [], []
     for b, count in enumerate(filled):
         if count > 0:
@@ -327,7 +332,11 @@ def _lean_cached(k_cache: torch.Tensor, block_table: torch.Tensor, filled: list[
         return
     slot, pos = torch.cat(slots), torch.cat(positions)
     rows = k_cache.view(-1, *k_cache.shape[-2:])
-    rows[slot] = (rows[slot].float() + leaning[pos][:, None, :]).bfloat16()
+    extra = leaning[pos]
+    first = pos == 0
+    for d in _pair(extra.shape[-1]):
+        extra[:, d] += first * sink
+    rows[slot] = (rows[slot].float() + extra[:, None, :]).bfloat16()
 
 
 def _query(q: torch.Tensor, leaning: torch.Tensor, spread: float) -> torch.Tensor:
@@ -348,11 +357,13 @@ class _CanaryKeys:
     ``_CANARY_SCORE``."""
 
     level: float
+    sink: float                 # what the sink key (cached position 0) gets on the same pair
 
     def __init__(self, head_dim: int, spread: float) -> None:
         per_query = math.sqrt(spread) * _SHARED_LEVEL * _norm_factor(head_dim)
-        score = _CANARY_SCORE["base"] + _CANARY_SCORE["per_spread"] * spread
-        object.__setattr__(self, "level", score * math.sqrt(head_dim) / (2 * per_query))
+        for name, aim in (("level", _CANARY_SCORE), ("sink", _SINK_SCORE)):
+            score = aim["base"] + aim["per_spread"] * spread
+            object.__setattr__(self, name, score * math.sqrt(head_dim) / (2 * per_query))
 
 
 def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled: list[int], P: int,
