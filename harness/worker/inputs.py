@@ -57,7 +57,7 @@ _CANARY_SCORE = {"base": 24.0, "per_spread": 8.0}
 # An attention sink, as trained models have on their first token: the cached key at position
 # 0 gets a score about this much higher on the shared pair, so a kernel that loses the first
 # key loses real weight (and the canaries still outscore it by 10 and more).
-_SINK_SCORE = {"base": 6.0, "per_spread": 2.0}
+_SINK_SCORE = {"base": 2.0, "per_spread": 1.0}
 # Ops whose canaries are hot: those whose query the generator shapes.  decode_layers'
 # queries come out of its own weights from the hidden state; its canary stays the cold one.
 _COLD_CANARY_OPS = ("decode_layers",)
