@@ -15,8 +15,10 @@ reads them.
 
 Attention is shaped on purpose (docs/cases.md, "attention"; docs/contracts.md, "What the
 kernel finds in its buffers"): the q/k norm weights, the query and the cached keys are
-scaled so the logits spread as the case's ``attention`` asks, and every query head carries
-a shared component on its slowest RoPE pair, which positions barely rotate.  The
+scaled so the logits spread as the case's ``attention`` asks; q and k share a recency
+component that RoPE turns into a score decaying with distance; the cached key at position
+0 is a mild sink; and every query head carries a shared component on its slowest RoPE
+pair, which positions barely rotate.  The
 canary keys point along that pair, so any query that reads a row it must not read gives
 it a dominant score (a *hot* canary), and the canary values lie far from every real
 value: one stray read moves the output far beyond the tolerance.
