@@ -143,6 +143,17 @@ def default_tolerance(op: str, name: str) -> Tolerance:
 
 _TOLERANCE_FIELDS = tuple(Tolerance.__dataclass_fields__)
 
+# How peaked the generated attention is (docs/cases.md, "attention"): the spread of the
+# attention logits, in units of the logits' standard deviation.  q and k are unit-RMS after
+# the QK-norm, so ``scale·q·k`` is about N(0, 1) per key ("uniform": the inputs before
+# this axis, nearly flat softmax over long sequences); the q/k norm weights (or the
+# query and the cached keys) are scaled by sqrt(spread), making the logits about
+# N(0, spread²).  "peaked" is the default: over thousands of keys a handful carry most of
+# the weight, as in real models, so the output keeps an O(1) magnitude and a wrong page
+# or one key too few moves it by more than the tolerance.
+ATTENTION_SPREADS: dict[str, float] = {"uniform": 1.0, "peaked": 2.0, "sharp": 3.0}
+DEFAULT_ATTENTION = "peaked"
+
 
 @dataclass(frozen=True)
 class LatencySpec:
@@ -183,8 +194,8 @@ class Case:
     tier: str = "ci"
     params: dict[str, Any] = field(default_factory=dict)   # every value the case was given, for reports
     command: dict[str, Any] | None = None   # a command case's wire form (harness.commands); None: a kernel case
-
     latency: LatencySpec | None = None                      # timed after its checks pass (docs/latency.md)
+    attention: str = DEFAULT_ATTENTION                      # a key of ATTENTION_SPREADS
 
     # -- derived geometry --------------------------------------------------
     @property

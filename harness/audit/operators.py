@@ -28,6 +28,7 @@ _ALL = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention"
         "decode_layers")
 _WRITERS = ("rope_kv_write", "fused_rope_decode_attention", "prefill_attention", "decode_layers")
 _ROPE = ("rope_kv_write", "fused_rope_decode_attention", "prefill_attention", "decode_layers")
+_ATTENTION = _ALL[1:]
 
 
 class OperatorError(UsageError):
@@ -65,6 +66,13 @@ OPERATORS: tuple[Operator, ...] = (
              internal=True),
     Operator("off_by_one_page", "one sequence's last cached page read from the page after it", _ROPE[1:],
              internal=True),
+    Operator("one_key_too_few", "attention skips each sequence's last cached key", _ATTENTION, internal=True),
+    Operator("one_key_too_many", "attention reads one position past each sequence's cached keys", _ATTENTION,
+             internal=True),
+    Operator("unmasked_tail", "attention reads each sequence's last cached page whole, past its length",
+             _ATTENTION, internal=True),
+    Operator("block_too_many", "attention reads one block past each sequence's last (a -1 entry as an index)",
+             _ATTENTION, internal=True),
     Operator("gptj_rope", "GPT-J (interleaved) RoPE instead of NeoX rotate-half", _ROPE, internal=True),
     Operator("skip_rope", "no RoPE on q and k", _ROPE, internal=True),
 )

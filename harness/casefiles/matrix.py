@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from harness.casefiles.latency import parse_latency
-from harness.case import GEOMETRY_FIELDS, PRESETS, Case, Geometry, SeqLens, SlotMode, Tolerance, default_tolerance
+from harness.case import DEFAULT_ATTENTION, GEOMETRY_FIELDS, PRESETS, Case, Geometry, SeqLens, SlotMode, Tolerance, default_tolerance
 from harness.casefiles.expression import compile_expression
 from harness.casefiles.located import Node, Where, did_you_mean, load
 from harness.casefiles.values import (
@@ -307,6 +307,7 @@ def _build_case(spec: _Spec, draft: _Draft) -> Case:
         env=dict(get("env", {})),
         tier=get("tier", "ci"),
         params={k: copy.deepcopy(v.plain) for k, v in values.items()},
+        attention=get("attention", DEFAULT_ATTENTION),
     )
 
     pages = case.num_pages

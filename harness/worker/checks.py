@@ -21,6 +21,7 @@ from harness.case import Case, Tolerance
 from harness.goldens import EXACT_SUFFIX
 from harness.worker.input_guard import InputWrite, bits
 from harness.worker.ratio_allclose import Comparison, ratio_allclose, summarise_localisation
+from harness.worker import stray_reads
 from harness.worker.inputs import CaseInputs
 from harness.worker.launch import Launched, poison_mask
 from harness.outcomes import CHECK_PRECEDENCE, Outcome
@@ -252,7 +253,8 @@ def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.
                          name=name, axes=axes, groups=groups, rows=rows, slack=slack)
     metrics["compare"][name] = _with_spread(cmp.to_metrics(), expected, exact)
     if not cmp.passed:
-        findings.append(Finding(Outcome.MISMATCH, _mismatch_line(cmp), cmp.report()))
+        findings.append(Finding(Outcome.MISMATCH, _mismatch_line(cmp) + stray_reads.hint(ci, name, actual, compared),
+                                cmp.report()))
     elif tol.argmax_margin is not None:
         findings += _argmax_findings(name, actual, expected, row_mask, tol.argmax_margin, metrics)
     return findings

@@ -21,5 +21,7 @@ For ``harness audit`` (docs/audit.md), not builtins of their own:
 
 - ``operators``: the mutation operators that wrap any kernel, chosen through the case env.
 - ``off_by_one_page``: attention reads one sequence's last cached page from the next page.
+- ``key_bounds``: attention reads one key too few or too many, its last page whole past the
+  length, or one block past the last (through a ``-1`` entry).
 - ``gptj_rope``: GPT-J interleaved RoPE instead of NeoX rotate-half (the ``gptj_rope`` operator).
 """

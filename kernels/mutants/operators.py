@@ -44,6 +44,10 @@ INTERNAL = {
     "skip_rope": "harness.kernels.mutants.skip_rope:SkipRope",
     "gptj_rope": "harness.kernels.mutants.gptj_rope:GptjRope",
     "off_by_one_page": "harness.kernels.mutants.off_by_one_page:OffByOnePage",
+    "one_key_too_few": "harness.kernels.mutants.key_bounds:OneKeyTooFew",
+    "one_key_too_many": "harness.kernels.mutants.key_bounds:OneKeyTooMany",
+    "unmasked_tail": "harness.kernels.mutants.key_bounds:UnmaskedTail",
+    "block_too_many": "harness.kernels.mutants.key_bounds:BlockTooMany",
 }
 
 _loaded: dict[str, Callable[..., Any]] = {}

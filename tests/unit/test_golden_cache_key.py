@@ -45,6 +45,7 @@ INPUT_CHANGES = {
     "block_value": (BASE, 1),
     "scratch_pages": (BASE, 12),
     "seed": (BASE, 2),
+    "attention": (BASE, "sharp"),
 }
 RUN_ONLY_CHANGES = {
     "case_id": "other",

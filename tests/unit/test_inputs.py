@@ -277,12 +277,21 @@ def test_caches_hold_context_only_where_it_is_read_and_a_canary_elsewhere(op):
             rows = layer.reshape(-1, *layer.shape[-2:])
             is_context = torch.zeros(rows.shape[0], dtype=torch.bool)
             is_context[sorted(valid)] = True
-            # Context rows are N(0, 1) draws; the canary is spread over [-32, 32].
-            assert rows[is_context].abs().mean() < 1.2, name
-            assert rows[~is_context].abs().mean() > 10, name
+            # Context rows are N(0, spread) keys and N(0, 1) values.  Canary values lie beyond
+            # 16 (beyond 10 on average for decode_layers' cold canary); a hot canary key is
+            # small but for its slowest RoPE pair.
+            assert rows[is_context].abs().mean() < 1.2 * (1.5 if name == "k_cache" else 1), name
+            canary = rows[~is_context]
+            hot_key = name == "k_cache" and op != "decode_layers"
+            if hot_key:
+                pair = [case.geometry.head_dim // 2 - 1, case.geometry.head_dim - 1]
+                assert (canary[..., pair] > 20).all() and (canary[..., :pair[0]].abs() <= 1).all(), name
+            else:
+                assert canary.abs().mean() > 10, name
             # The rows the new tokens go to hold the canary, not context: the kernel must write them.
             if OPS[op].writes_cache:
-                assert rows[ci.slots[ci.slots >= 0]].abs().mean() > 10, name
+                written = rows[ci.slots[ci.slots >= 0]]
+                assert ((written[..., pair] > 20).all() if hot_key else written.abs().mean() > 10), name
     assert not torch.equal(ci.args["k_cache"], ci.args["v_cache"])
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from harness.case import PRESETS, Case, SeqLens, SlotMode
+from harness.case import ATTENTION_SPREADS, PRESETS, Case, SeqLens, SlotMode
 from harness.ops import OPS
 from harness.worker import counter_rng
 from harness.worker.input_digest import digest_inputs
@@ -107,13 +107,20 @@ def big_case(seed: int = 0) -> Case:
 
 
 def test_inputs_keep_their_documented_ranges():
-    args = generate(big_case()).args
+    case = big_case()
+    args = generate(case).args
     assert 0.5 <= args["inv_rms"].min() and args["inv_rms"].max() < 1.5
+    root = ATTENTION_SPREADS[case.attention] ** 0.5          # q/k norm weights near sqrt(spread)
     for name in ("q_norm_weight", "k_norm_weight"):
-        assert (args[name] - 1).abs().max() < 0.45 and args[name].std() < 0.2
-    q = args["q_proj"].double()
+        assert (args[name] / root - 1).abs().max() < 0.45 and (args[name] / root).std() < 0.2
+    D = case.geometry.head_dim
+    heads = args["q_proj"].double().view(-1, case.geometry.num_heads, D)
+    pair = [D // 2 - 1, D - 1]
+    q = heads[..., [d for d in range(D) if d not in pair]] - 1     # the shared recency component: 1
     sigma = q.numel() ** -0.5                      # of the mean of n N(0, 1) draws
     assert abs(q.mean()) < 4 * sigma and abs(q.std() - 1) < 4 * sigma
+    # the shared component: 4 + x/4 on the slowest RoPE pair of every head
+    assert (heads[..., pair] - 4).abs().max() < 1.15
 
 
 def test_layers_weights_are_fan_in_scaled():
@@ -139,9 +146,10 @@ def test_digest_sees_one_changed_element_and_two_swapped_ones():
     ci = generate(big_case())
     d = digest_inputs(ci.op, ci.args).digest
     cache = ci.args["k_cache"].view(-1)
+    saved = cache[12345].clone()
     cache[12345] += 1
     assert digest_inputs(ci.op, ci.args).digest != d
-    cache[12345] -= 1
+    cache[12345] = saved
     assert digest_inputs(ci.op, ci.args).digest == d
     a, b = cache[10].clone(), cache[10 + 4093 * 2 * 64].clone()   # same column, other row group
     assert not torch.equal(a, b)
@@ -207,6 +215,8 @@ def test_inputs_are_drawn_on_the_device_not_copied_from_the_host(op, monkeypatch
     assert {t.device.type for t in tensors.values()} == {"meta"}
     host_defined = sum(t.numel() * t.element_size() for name, t in tensors.items()
                        if name.startswith("rope_") or t.dtype == torch.int32)
+    if op == "paged_decode_attention":   # the RoPE tables its query's recency component is built from
+        host_defined += 2 * case.max_pos * case.geometry.head_dim * 4
     tables = sum(t.numel() * t.element_size() for t in counter_rng._device_tables.values())
     assert copies.nbytes == host_defined + tables
     assert all(t.numel() == 1 << 16 for t in counter_rng._device_tables.values())

@@ -1,0 +1,57 @@
+"""Naming a stray read from the evidence in an attention output.
+
+The generator fills every cache row a case must not read with a hot canary
+(``harness.worker.inputs``): a key any query scores far above every real key, and a value
+row whose every element has 16 <= |x| < 48, while every value a sequence may read (its
+context rows, and the fresh ``v_proj·inv_rms`` of the fused ops) stays below 6.7.  An
+attention output is a convex combination of the value rows it reads, so an output row
+beyond every readable value is evidence, and one that equals a canary value row (a
+dominant stray key) names the row that was read.  decode_layers keeps a cold canary; no
+hint there.
+"""
+from __future__ import annotations
+
+import torch
+
+from harness.worker.inputs import CANARY_VALUE_MIN, CaseInputs
+
+_LISTED = 2                 # output rows examined and named
+_MATCH = 1 / 32             # |out - canary row| / |canary row|: a bf16 rounding or two of one dominant row
+
+
+def hint(ci: CaseInputs, name: str, actual: torch.Tensor, compared: torch.Tensor) -> str:
+    """`` — reads outside the sequence: ...`` or ``""``; ``compared``: the compared elements of ``actual``."""
+    if name != "out" or ci.op.name == "decode_layers" or "v_cache" not in ci.args:
+        return ""
+    values = ci.args["v_cache"]                                # the launch's pre-launch copy
+    P, Hkv, D = values.shape[-3:]
+    rows = values.reshape(-1, Hkv, D).float()
+    canary = (rows.abs() >= CANARY_VALUE_MIN).all(-1)         # [slots, Hkv]
+    readable = torch.where(canary[..., None], 0.0, rows.abs()).amax()
+    if "v_proj" in ci.args:
+        fresh = (ci.args["v_proj"].float() * ci.args["inv_rms"].float()).abs().max()
+        readable = torch.maximum(readable, fresh.to(readable.device))
+    bound = float(readable) * (1 + 2 ** -7) + 1e-3            # one bf16 rounding of the largest readable value
+    out = actual.float().to(rows.device)
+    beyond = (out.abs() > bound) & compared.to(rows.device)
+    rows_hit = beyond.flatten(2).any(-1)                       # [row, head], on the device
+    count = int(rows_hit.sum())
+    if not count:
+        return ""
+    hit = rows_hit.nonzero()[:_LISTED].tolist()                # only what is named comes back
+    G = out.shape[1] // Hkv
+    named = []
+    for r, h in hit:
+        candidates = canary[:, h // G].nonzero().flatten()
+        if candidates.numel():
+            diff = (rows[candidates, h // G] - out[r, h]).abs().amax(-1)
+            best = int(diff.argmin())
+            slot = int(candidates[best])
+            if float(diff[best]) <= _MATCH * float(rows[slot, h // G].abs().max()):
+                named.append(f"out[{r}, {h}] equals the canary value row of slot {slot} "
+                             f"(page {slot // P}, offset {slot % P})")
+                continue
+        named.append(f"out[{r}, {h}] reaches |x| = {float(out[r, h].abs().max()):.3g}")
+    more = f" (+{count - len(hit)} more rows)" if count > len(hit) else ""
+    return (f" — reads outside the sequence: {'; '.join(named)}{more}, beyond every value row it may read "
+            f"(|x| <= {float(readable):.3g}; rows it must not read hold canary values, |x| >= {CANARY_VALUE_MIN:g})")
