@@ -12,7 +12,7 @@ from dataclasses import fields, replace
 import pytest
 import torch
 
-from harness.case import PRESETS, Case, Geometry, SeqLens, SlotMode, Tolerance
+from harness.case import LatencySpec, PRESETS, Case, Geometry, SeqLens, SlotMode, Tolerance
 from harness.goldens.cache import GoldenCache
 from harness.worker.inputs import generate
 
@@ -57,6 +57,8 @@ RUN_ONLY_CHANGES = {
     "env": {"X": "1"},
     "tier": "nightly",
     "params": {"note": "x"},
+    "command": {"command": "true"},      # command cases have no goldens: never part of a key
+    "latency": LatencySpec(target=0.05),  # how a case is timed after its checks
 }
 
 
