@@ -29,6 +29,14 @@ from harness.ops import OPS, OpSpec, resolve_shape
 from harness.worker import counter_rng
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int32": torch.int32}
+# A case's ``dtype`` (harness.case.DTYPES) -> what the contract's bf16 arguments are stored in.
+STORED = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def arg_dtype(name: str, case: Case) -> torch.dtype:
+    """The torch dtype of an argument declared ``name`` in harness/ops.py, for ``case``: every
+    bf16 argument (caches, stored outputs, stored inputs and weights) follows ``case.dtype``."""
+    return STORED[case.dtype] if name == "bfloat16" else DTYPES[name]
 _CANARY_PERIOD = 4093  # prime, so the pattern never lines up with rows or pages
 _CANARY_REPEATS = -(-(_CANARY_PERIOD + counter_rng.WINDOW) // _CANARY_PERIOD)   # a window from any phase
 
@@ -77,6 +85,8 @@ def input_spec(case: Case) -> dict[str, Any]:
         "seed": case.seed,
         "generator": inputs_source_hash(),
         "draws": counter_rng.VERSION,
+        # Only where it is not the default, so every bf16 case keeps its key.
+        **({"dtype": case.dtype} if case.dtype != "bf16" else {}),
     }
 
 
@@ -110,7 +120,7 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
     args: dict[str, Any] = {}
     for arg in op.args:
         if arg.role == "input":
-            args[arg.name] = _generate_input(arg.name, resolve_shape(arg.shape, sizes), DTYPES[arg.dtype], case.seed,
+            args[arg.name] = _generate_input(arg.name, resolve_shape(arg.shape, sizes), arg_dtype(arg.dtype, case), case.seed,
                                              device, gains.get(arg.name, 1.0))
     rope_cos, rope_sin = rope_tables(case.max_pos, geo.head_dim, geo.rope_theta)
     derived = {
@@ -130,9 +140,10 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
             "eps": geo.eps, "scale": 1.0 / math.sqrt(geo.head_dim), "num_layers": geo.num_layers,
         }[arg.name]
     for arg in op.caches:
-        args[arg.name] = _cache(arg.name, resolve_shape(arg.shape, sizes), block_table, filled, P, case.seed, device)
+        args[arg.name] = _cache(arg.name, resolve_shape(arg.shape, sizes), block_table, filled, P, case.seed, device,
+                                arg_dtype(arg.dtype, case))
 
-    outputs = {a.name: (resolve_shape(a.shape, sizes), DTYPES[a.dtype]) for a in op.outputs}
+    outputs = {a.name: (resolve_shape(a.shape, sizes), arg_dtype(a.dtype, case)) for a in op.outputs}
     return CaseInputs(op, args, outputs, slots, row_seq, sizes, input_spec(case))
 
 
@@ -219,7 +230,7 @@ def _decode_weight_gains(seq_lens: list[int]) -> dict[str, float]:
 
 
 def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled: list[int], P: int,
-           seed: int, device: torch.device) -> torch.Tensor:
+           seed: int, device: torch.device, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """Canary everywhere (values no valid row has), valid context where it is read.
 
     Sized for qwen3-14b (40 layers of [N, 128, 8, 128]): each byte is written once.
@@ -228,7 +239,7 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
     """
     row = math.prod(shape[-2:])                            # elements per cache row (one slot)
     rows = math.prod(shape[-4:-2])                         # slots per layer
-    cache = torch.empty(shape, dtype=torch.bfloat16, device=device)
+    cache = torch.empty(shape, dtype=dtype, device=device)
     layers = cache.view(-1, rows * row)
     context = torch.zeros(rows, dtype=torch.bool)
     for b, count in enumerate(filled):
@@ -237,7 +248,7 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
             context[block_table[b, pos // P].to(torch.int64) * P + pos % P] = True
     context_runs, canary_runs = _runs_of(context)
     period = counter_rng.draw(seed, f"{name}.canary", (_CANARY_PERIOD,), "uniform", torch.float32, device)
-    period = period.mul_(512).floor_().mul_(0.125).sub_(32).bfloat16()   # [-32, 32) in steps of 1/8: exact
+    period = period.mul_(512).floor_().mul_(0.125).sub_(32).to(dtype)   # [-32, 32) in steps of 1/8: exact in bf16, fp16
     tiled = period.repeat(_CANARY_REPEATS)
     for layer_index, layer in enumerate(layers):
         stream = name if len(shape) == 4 else f"{name}[{layer_index}]"

@@ -45,6 +45,7 @@ INPUT_CHANGES = {
     "block_value": (BASE, 1),
     "scratch_pages": (BASE, 12),
     "seed": (BASE, 2),
+    "dtype": (BASE, "fp16"),
 }
 RUN_ONLY_CHANGES = {
     "case_id": "other",
@@ -56,6 +57,7 @@ RUN_ONLY_CHANGES = {
     "env": {"X": "1"},
     "tier": "nightly",
     "params": {"note": "x"},
+    "precision": "bf16-compute",
 }
 
 
@@ -115,3 +117,9 @@ def test_cases_that_differ_only_in_block_value_are_not_served_one_golden(tmp_pat
         _, hit = cache.get_or_compute(case.op, inputs.spec, inputs.args)
         assert not hit, case.block_value
     assert cache.computed == 2
+
+
+def test_a_bf16_case_keeps_the_key_it_had_before_the_dtype_axis():
+    """``dtype`` joins the input spec only where it is not the default."""
+    spec = generate(BASE).spec
+    assert "dtype" not in spec and generate(replace(BASE, dtype="fp16")).spec["dtype"] == "fp16"
