@@ -11,14 +11,15 @@ Semantics
   with ``slack=`` (a tensor of expected's shape, >= 0) the bound is
   ``atol + rtol * |e| + slack`` per element (the checker passes the rounding
   spread ``|golden_exact - golden|``, docs/contracts.md "Rounding spread");
-  with ``stored=`` (bfloat16 or float16: the dtype ``actual`` was stored in) half
-  an ulp of that dtype at ``e`` joins every element's bound,
-  ``atol + rtol * |e| [+ slack] + half_ulp(e)``, where ``half_ulp(e)`` is
+  with ``stored=`` (bfloat16 or float16: the dtype ``actual`` was stored in) the
+  bound admits at least half an ulp of that dtype at ``e`` plus ``atol``:
+  ``max(atol + rtol * |e|, half_ulp(e) + atol) [+ slack]``, where ``half_ulp(e)`` is
   ``2^(max(floor(log2 |e|), emin) - p)`` (``p`` significand bits with the
   implicit one: 8 for bf16, 11 for fp16; ``emin`` the smallest normal exponent:
   -126, -14).  The correct rounding of ``e`` to that dtype is within it, so it
-  is never bad, whatever atol and rtol say (docs/contracts.md "Tolerances and
-  the rounding of the stored value");
+  is never bad, whatever atol and rtol say, and neither is the rounding of any
+  value within ``atol / 2`` of ``e`` (docs/contracts.md "Tolerances and the
+  rounding of the stored value");
 * an element where either side is NaN or +-Inf is bad too, and any such element
   fails the comparison whatever ``max_error_ratio`` says;
 * it passes when ``bad_count <= round(max_error_ratio * numel)`` and nothing is
@@ -64,7 +65,8 @@ a non-zero or a non-total share)::
   ``NONFINITE`` (a NaN/Inf among compared elements; checked first).
 * "up to X allowed" is the bound (``atol + rtol * |e|``, with the slack and the
   half ulp when given) at the index of the greatest absolute difference.
-* With ``stored=`` the headline ends ``, + half a bfloat16 ulp`` (or float16).
+* With ``stored=`` the headline ends ``, at least half a bfloat16 ulp + atol``
+  (or float16).
 * Both "greatest" lines are over pairs where both sides are finite; with no
   such pair they read ``none (no finite pairs compared)``.
 * ``worst elements``: up to 5 bad elements, largest ``|diff|`` first (NaN and
@@ -244,7 +246,7 @@ class Comparison:
                 f"({_pct(self.bad_ratio)}), allowed {self.allowed_bad} "
                 f"(max_error_ratio {_num(self.max_error_ratio)}) "
                 f"with atol {_num(self.atol)}, rtol {_num(self.rtol)}"
-                + (f", + half a {self.stored_ulp} ulp" if self.stored_ulp else ""))
+                + (f", at least half a {self.stored_ulp} ulp + atol" if self.stored_ulp else ""))
 
 
 def _plain(value: Any) -> Any:
@@ -457,7 +459,7 @@ class _Walk:
                  stored: torch.dtype | None = None):
         self.layout = layout
         self.slack = slack                    # per-element extra allowance, or None
-        self.stored = stored                  # half an ulp of it at |e| joins the bound, or None
+        self.stored = stored                  # the bound admits half an ulp of it at |e| + atol, or None
         self.s = None                         # this chunk's slice of it
         self.dtype = dtype
         self.atol, self.rtol = atol, rtol
@@ -536,10 +538,10 @@ class _Walk:
             return
         h = None if self.stored is None else half_ulp(t, self.stored, out=self.buf_r[:n])
         t.mul_(self.rtol).add_(self.atol)
+        if h is not None:
+            torch.maximum(t, h.add_(self.atol), out=t)
         if self.s is not None:
             t.add_(self.s)
-        if h is not None:
-            t.add_(h)
         bad = torch.gt(d, t, out=self.buf_b[:n])
         nbad = int(bad.sum().item())
         if not nbad:
@@ -566,10 +568,10 @@ class _Walk:
         r.masked_fill_(~fin, -1.0)
         self._offer_max_rel(ctx, r, r.max().item())
         tol = t.mul(self.rtol).add_(self.atol)
+        if self.stored is not None:          # |e| is finite where it matters: elsewhere ~fin decides
+            torch.maximum(tol, half_ulp(t.nan_to_num(0.0, 0.0, 0.0), self.stored).add_(self.atol), out=tol)
         if self.s is not None:
             tol.add_(self.s.view(tol.shape))
-        if self.stored is not None:          # |e| is finite where it matters: elsewhere ~fin decides
-            tol.add_(half_ulp(t.nan_to_num(0.0, 0.0, 0.0), self.stored))
         bad = torch.gt(d, tol) | ~fin
         nbad = int(bad.sum().item())
         self.bad += nbad
@@ -586,10 +588,10 @@ class _Walk:
             self.max_abs_at = self.layout.index(outer, j, q)
             e_abs = self.buf_t.view(-1)[q].item()    # still |e| here
             self.max_abs_allowed = self.atol + self.rtol * e_abs
+            if self.stored is not None:
+                self.max_abs_allowed = max(self.max_abs_allowed, _half_ulp_scalar(e_abs, self.stored) + self.atol)
             if self.s is not None:
                 self.max_abs_allowed += self.s[q].item()
-            if self.stored is not None:
-                self.max_abs_allowed += _half_ulp_scalar(e_abs, self.stored)
 
     def _offer_max_rel(self, ctx, r: torch.Tensor, rmax: float) -> None:
         if rmax > self.max_rel:
@@ -860,8 +862,9 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
             dim; a negative label leaves that index out of every group.
     rows:   bool mask over dim 0; only rows marked True are compared.
     slack:  per-element allowance added to ``atol + rtol*|e|`` (expected's shape, finite, >= 0).
-    stored: the dtype ``actual`` was stored in (a key of ``ULP_DTYPES``): half an ulp of it at
-            ``|e|`` joins every element's bound, so the correct rounding of ``e`` is never bad.
+    stored: the dtype ``actual`` was stored in (a key of ``ULP_DTYPES``): every element's bound
+            admits at least half an ulp of it at ``|e|`` plus ``atol``, so the correct rounding of
+            ``e`` (or of any value within ``atol / 2`` of it) is never bad.
     """
     _validate_tensors(actual, expected)
     atol = _valid_tolerance("atol", atol)
