@@ -74,9 +74,12 @@ def test_fp16_errors_are_an_fp16_rounding_not_a_bf16_one(run_case):
     ("skip_rope", "rope_kv_write", {}),
     ("stale_kv", "fused_rope_decode_attention", {}),
     ("harness.kernels.mutants.off_by_one_page:fused_rope_decode_attention", "fused_rope_decode_attention", {}),
-    ("racy_head", "paged_decode_attention", {"env": {"RACY_HEAD_P": "1"}}),      # torn every launch
+    ("racy_head", "paged_decode_attention", {"env": {"RACY_HEAD_P": "1"}}),
     ("unguarded_slot_write", "prefill_attention", {}),
     ("outside.wrong_gqa:decode_layers", "decode_layers", {}),
 ])
-def test_bugs_still_fail_with_fp16(run_case, kernel, op, extra):
+def test_bugs_still_fail_with_fp16(run_case, monkeypatch, kernel, op, extra):
+    # execute_case runs in this process: the case's env (RACY_HEAD_P=1: torn every launch) is set here
+    for name, value in extra.get("env", {}).items():
+        monkeypatch.setenv(name, value)
     assert run_case(_case(op, kernel, **extra)).outcome.value != "PASS"

@@ -69,7 +69,7 @@ MUTANTS = [
     ("harness.kernels.mutants.gptj_rope:fused_rope_decode_attention", "fused_rope_decode_attention", {}),
     ("stale_kv", "fused_rope_decode_attention", {}),
     ("harness.kernels.mutants.off_by_one_page:fused_rope_decode_attention", "fused_rope_decode_attention", {}),
-    ("racy_head", "prefill_attention", {"chunk_size": 16, "env": {"RACY_HEAD_P": "1"}}),   # torn every launch
+    ("racy_head", "prefill_attention", {"chunk_size": 16, "env": {"RACY_HEAD_P": "1"}}),
     ("unguarded_slot_write", "rope_kv_write", {"slot_mode": SlotMode("padded", 0.25)}),
     ("returns_query", "fused_rope_decode_attention", {}),
     ("outside.wrong_gqa:fused_rope_decode_attention", "fused_rope_decode_attention", {}),
@@ -79,7 +79,10 @@ MUTANTS = [
 
 
 @pytest.mark.parametrize("kernel, op, extra", MUTANTS, ids=[m[0].split(":")[0].split(".")[-1] for m in MUTANTS])
-def test_bugs_are_still_caught_under_bf16_compute(run_case, kernel, op, extra):
+def test_bugs_are_still_caught_under_bf16_compute(run_case, monkeypatch, kernel, op, extra):
+    # execute_case runs in this process: the case's env (RACY_HEAD_P=1: torn every launch) is set here
+    for name, value in extra.get("env", {}).items():
+        monkeypatch.setenv(name, value)
     assert run_case(_case(op, kernel, "bf16-compute", **extra)) != "PASS"
 
 
