@@ -170,7 +170,6 @@ def default_tolerance(op: str, name: str, precision: str = DEFAULT_PRECISION) ->
 # bf16 are stored in this dtype instead; fp32 arguments (inputs, logits) stay fp32.
 DTYPES = ("bf16", "fp16")
 DEFAULT_DTYPE = "bf16"
-DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}     # the torch dtype's name, for harness.ops
 
 
 _TOLERANCE_FIELDS = tuple(Tolerance.__dataclass_fields__)

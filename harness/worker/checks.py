@@ -118,8 +118,9 @@ def rounding_slack(actual: torch.Tensor, expected: torch.Tensor, exact: torch.Te
 
 
 def stored_dtype(actual: torch.Tensor) -> torch.dtype | None:
-    """The low-precision dtype an output or cache row was stored in, whose half ulp joins its
-    bound (docs/contracts.md, "Tolerances and the rounding of the stored value"); None for fp32."""
+    """The low-precision dtype an output or cache row was stored in: its bound is at least half an
+    ulp of it plus atol (docs/contracts.md, "Tolerances and the rounding of the stored value");
+    None for fp32."""
     return actual.dtype if actual.dtype in ULP_DTYPES else None
 
 

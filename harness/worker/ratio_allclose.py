@@ -185,7 +185,7 @@ class Comparison:
     # nothing the counts do not, and would grow every --json result by a few KB).
     # Rendered by the reports, not by report().
     map: dict[str, Any] | None = None
-    # The dtype whose half ulp at |e| joined every bound (``stored=``): "bfloat16", "float16", or None.
+    # The dtype whose half ulp at |e| (plus atol) floors every bound (``stored=``): "bfloat16", "float16", or None.
     stored_ulp: str | None = None
 
     @property
