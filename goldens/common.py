@@ -6,7 +6,8 @@ given (the caller upcasts first), never changes its arguments, and returns new
 tensors.
 
 Shapes: ``rows`` is a batch row (decode) or a packed token (prefill); a
-"heads" tensor is ``[rows, heads, D]``; a cache is ``[N, P, Hkv, D]`` bf16.
+"heads" tensor is ``[rows, heads, D]``; a cache is ``[N, P, Hkv, D]`` in the stored dtype
+(bf16, or fp16 for a ``dtype: fp16`` case).
 """
 from __future__ import annotations
 
@@ -42,14 +43,15 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos[:, None, :] + rotate_half(x) * sin[:, None, :]
 
 
-def as_stored(x: torch.Tensor) -> torch.Tensor:
-    """The value ``x`` has once stored in a bf16 tensor (query output, KV cache), back in x's dtype."""
-    return x.to(torch.bfloat16).to(x.dtype)
+def as_stored(x: torch.Tensor, stored: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """The value ``x`` has once stored in a ``stored`` tensor (query output, KV cache), back in x's dtype."""
+    return x.to(stored).to(x.dtype)
 
 
-def stored_if(rounding: bool):
-    """``as_stored`` when the golden reads attention inputs as stored in bf16, else the identity."""
-    return as_stored if rounding else (lambda x: x)
+def stored_if(rounding: bool, stored: torch.dtype = torch.bfloat16):
+    """``as_stored`` in ``stored`` (the caches' dtype) when the golden reads attention inputs as
+    stored, else the identity."""
+    return (lambda x: as_stored(x, stored)) if rounding else (lambda x: x)
 
 
 def split_heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:

@@ -53,7 +53,7 @@ ROUNDING_CHANGES = ("logits", "next_hidden", "k_cache", "v_cache")
 
 
 def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True) -> dict[str, torch.Tensor]:
-    as_stored = stored_if(rounding)
+    as_stored = stored_if(rounding, inputs["k_cache"].dtype)
     num_layers = int(inputs["num_layers"])
     cache_layers = inputs["k_cache"].shape[0]
     if not 1 <= num_layers <= cache_layers:

@@ -36,7 +36,7 @@ ROUNDING_CHANGES = ("out",)
 
 
 def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True) -> dict[str, torch.Tensor]:
-    as_stored = stored_if(rounding)
+    as_stored = stored_if(rounding, inputs["k_cache"].dtype)
     q, k, v = rope_kv_rows(inputs, dtype)
     out = decode_attention(
         as_stored(q), as_stored(k), as_stored(v), inputs["k_cache"], inputs["v_cache"],

@@ -46,7 +46,7 @@ ROUNDING_CHANGES = ("out",)
 
 
 def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True) -> dict[str, torch.Tensor]:
-    as_stored = stored_if(rounding)
+    as_stored = stored_if(rounding, inputs["k_cache"].dtype)
     cu_seqlens, context_lens = inputs["cu_seqlens"].tolist(), inputs["context_lens"].tolist()
     block_table, scale = inputs["block_table"], float(inputs["scale"])
     tokens, head_dim = inputs["q_proj"].shape[0], inputs["q_norm_weight"].shape[0]

@@ -1,8 +1,10 @@
 """Reference kernels: plain torch on any device, with the numerics of a real device kernel.
 
-bf16 storage, fp32 accumulation: every bf16 operand is upcast to fp32 before a
-dot product or matmul, and results are rounded to bf16 where the contract
-stores bf16.  Decode attention is split-K (flash-decoding): each split of a
+bf16 (or fp16) storage, fp32 accumulation: every bf16 operand is upcast to fp32
+before a dot product or matmul, and results are rounded to the stored dtype where
+the contract stores bf16.  The stored dtype is the buffers' own (``k_cache.dtype``,
+``hidden.dtype``): a case with ``dtype: fp16`` hands fp16 caches and outputs, and
+every rounding here follows them.  Decode attention is split-K (flash-decoding): each split of a
 few pages yields a partial (running max, sum, accumulator) in fp32 and the
 partials are combined by log-sum-exp, vectorised over the batch with padding
 and masks.
@@ -71,9 +73,9 @@ def rms_norm(x: Tensor, eps: float) -> Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 
-def bf16_matmul(x: Tensor, w: Tensor) -> Tensor:
-    """``bf16(x) @ w`` with fp32 operands and accumulation; ``w`` is bf16 or already upcast."""
-    return x.bfloat16().float() @ w.float()
+def bf16_matmul(x: Tensor, w: Tensor, stored: torch.dtype = torch.bfloat16) -> Tensor:
+    """``bf16(x) @ w`` (``stored`` for bf16) with fp32 operands and accumulation; ``w`` is bf16 or already upcast."""
+    return x.to(stored).float() @ w.float()
 
 
 # -- paged KV cache -------------------------------------------------------------
@@ -257,14 +259,14 @@ class ReferenceKernel:
         write_cache(cache, slots, rows)
 
     def project(self, q: Tensor, k: Tensor, v: Tensor, q_norm_weight: Tensor, k_norm_weight: Tensor,
-                rope_cos: Tensor, rope_sin: Tensor, positions: Tensor, eps: float
-                ) -> tuple[Tensor, Tensor, Tensor]:
-        """fp32 projections ``[R, H*D]`` → bf16 ``q [R,Hq,D]``, ``k, v [R,Hkv,D]`` (QK-norm + RoPE on q, k)."""
+                rope_cos: Tensor, rope_sin: Tensor, positions: Tensor, eps: float,
+                stored: torch.dtype = torch.bfloat16) -> tuple[Tensor, Tensor, Tensor]:
+        """fp32 projections ``[R, H*D]`` → ``q [R,Hq,D]``, ``k, v [R,Hkv,D]`` in ``stored`` (QK-norm + RoPE on q, k)."""
         R, D = q.shape[0], q_norm_weight.shape[0]
         cos, sin = rope_rows(rope_cos, rope_sin, positions)
         q = qk_norm_rope(q.float().reshape(R, -1, D), q_norm_weight, cos, sin, eps, self.rope)
         k = qk_norm_rope(k.float().reshape(R, -1, D), k_norm_weight, cos, sin, eps, self.rope)
-        return q.bfloat16(), k.bfloat16(), v.float().reshape(R, -1, D).bfloat16()
+        return q.to(stored), k.to(stored), v.float().reshape(R, -1, D).to(stored)
 
     def decode_step(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
                     slot_mapping: Tensor, block_table: Tensor, seq_lens: Tensor, scale: float) -> Tensor:
@@ -292,7 +294,7 @@ class ReferenceKernel:
     def rope_kv_write(self, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight,
                       rope_cos, rope_sin, positions, slot_mapping, eps, k_cache, v_cache, query):
         q, k, v = self.project(q_proj * inv_rms, k_proj * inv_rms, v_proj * inv_rms,
-                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps)
+                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps, k_cache.dtype)
         self.write(k_cache, slot_mapping, k)
         self.write(v_cache, slot_mapping, v)
         query.copy_(q)
@@ -308,7 +310,7 @@ class ReferenceKernel:
                                     k_norm_weight, rope_cos, rope_sin, positions, slot_mapping,
                                     block_table, seq_lens, scale, eps, k_cache, v_cache, out, query):
         q, k, v = self.project(q_proj * inv_rms, k_proj * inv_rms, v_proj * inv_rms,
-                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps)
+                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps, k_cache.dtype)
         query.copy_(q)
         out.copy_(self.decode_step(q, k, v, k_cache, v_cache, slot_mapping, block_table, seq_lens, scale))
         return out
@@ -317,7 +319,7 @@ class ReferenceKernel:
                           rope_cos, rope_sin, positions, slot_mapping, cu_seqlens, context_lens,
                           block_table, scale, eps, k_cache, v_cache, out):
         q, k, v = self.project(q_proj * inv_rms, k_proj * inv_rms, v_proj * inv_rms,
-                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps)
+                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps, k_cache.dtype)
         out.copy_(self.prefill_step(q, k, v, k_cache, v_cache, slot_mapping, block_table,
                                     cu_seqlens, context_lens, scale))
         return out
@@ -331,17 +333,19 @@ class ReferenceKernel:
         wq, wk, wv, wo, w_gate, w_up, w_down = (
             w.float() for w in (wq, wk, wv, wo, w_gate, w_up, w_down))
         r = hidden.float()
+        stored = k_cache.dtype
         for layer in range(num_layers):
             h = rms_norm(r, eps) * input_rms_weight
-            q, k, v = self.project(bf16_matmul(h, wq), bf16_matmul(h, wk), bf16_matmul(h, wv),
-                                   q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps)
+            q, k, v = self.project(bf16_matmul(h, wq, stored), bf16_matmul(h, wk, stored),
+                                   bf16_matmul(h, wv, stored), q_norm_weight, k_norm_weight, rope_cos, rope_sin,
+                                   positions, eps, stored)
             attn = self.decode_step(q, k, v, k_cache[layer], v_cache[layer], slot_mapping,
                                     block_table, seq_lens, scale)
-            r = r + bf16_matmul(attn.reshape(B, -1), wo)
+            r = r + bf16_matmul(attn.reshape(B, -1), wo, stored)
             h = rms_norm(r, eps) * post_rms_weight
-            hb = h.bfloat16().float()
-            r = r + bf16_matmul(torch.nn.functional.silu(hb @ w_gate) * (hb @ w_up), w_down)
-        final = (rms_norm(r, eps) * final_norm_weight).bfloat16().float()
+            hb = h.to(stored).float()
+            r = r + bf16_matmul(torch.nn.functional.silu(hb @ w_gate) * (hb @ w_up), w_down, stored)
+        final = (rms_norm(r, eps) * final_norm_weight).to(stored).float()
         for v0 in range(0, lm_head.shape[0], LM_HEAD_ROWS):       # bounded fp32 copy of lm_head
             rows = lm_head[v0:v0 + LM_HEAD_ROWS]
             logits[:, v0:v0 + rows.shape[0]] = final @ rows.float().T

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from harness.casefiles.latency import parse_latency
-from harness.case import DEFAULT_ATTENTION, GEOMETRY_FIELDS, PRESETS, Case, Geometry, SeqLens, SlotMode, Tolerance, default_tolerance
+from harness.case import DEFAULT_ATTENTION, DEFAULT_DTYPE, DEFAULT_PRECISION, GEOMETRY_FIELDS, PRESETS, Case, Geometry, SeqLens, SlotMode, Tolerance, default_tolerance
 from harness.casefiles.expression import compile_expression
 from harness.casefiles.located import Node, Where, did_you_mean, load
 from harness.casefiles.values import (
@@ -287,7 +287,8 @@ def _build_case(spec: _Spec, draft: _Draft) -> Case:
         raise fail(f"chunk_size applies to op prefill_attention only, not {op}", "chunk_size")
 
     spec_ops = OPS[op]
-    tolerance = _resolve_tolerance(get("tolerance"), spec_ops.outputs + spec_ops.caches, op, in_case)
+    precision = get("precision", DEFAULT_PRECISION)
+    tolerance = _resolve_tolerance(get("tolerance"), spec_ops.outputs + spec_ops.caches, op, in_case, precision)
 
     case = Case(
         case_id=draft.case_id,
@@ -308,6 +309,8 @@ def _build_case(spec: _Spec, draft: _Draft) -> Case:
         tier=get("tier", "ci"),
         params={k: copy.deepcopy(v.plain) for k, v in values.items()},
         attention=get("attention", DEFAULT_ATTENTION),
+        precision=precision,
+        dtype=get("dtype", DEFAULT_DTYPE),
     )
 
     pages = case.num_pages
@@ -372,13 +375,14 @@ def _size_of(parsed: Any, page_size: int) -> float:
     return parsed if isinstance(parsed, (int, float)) else 0
 
 
-def _resolve_tolerance(spec: ToleranceSpec | None, args, op: str, in_case: str) -> dict[str, Tolerance]:
+def _resolve_tolerance(spec: ToleranceSpec | None, args, op: str, in_case: str,
+                       precision: str = DEFAULT_PRECISION) -> dict[str, Tolerance]:
     if spec is None:
         return {}
     names = [a.name for a in args]
 
     def resolved(name: str, fields: dict[str, float]) -> Tolerance:
-        return replace(default_tolerance(op, name), **fields)
+        return replace(default_tolerance(op, name, precision), **fields)
 
     if spec.flat is not None:
         fields = dict(spec.flat)

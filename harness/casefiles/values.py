@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from harness.case import ATTENTION_SPREADS, DEFAULT_ATTENTION, GEOMETRY_FIELDS, PRESETS, SeqLens, SlotMode
+from harness.case import ATTENTION_SPREADS, DEFAULT_ATTENTION, DEFAULT_DTYPE, DEFAULT_PRECISION, DTYPES, GEOMETRY_FIELDS, PRECISIONS, PRESETS, SeqLens, SlotMode
 from harness.casefiles.located import LocatedError, Node, Where, did_you_mean, wrap
 from harness.ops import OPS
 from harness.registry import BUILTINS, is_import_path
@@ -352,19 +352,22 @@ _PARSERS: dict[str, Callable[[Node], tuple[Any, Any]]] = {
     "env": _env_value,
     "tier": _simple(lambda n: _choice(n, TIERS, "tier")),
     "attention": _simple(lambda n: _choice(n, ATTENTION_SPREADS, "attention")),
+    "precision": _simple(lambda n: _choice(n, PRECISIONS, "precision")),
+    "dtype": _simple(lambda n: _choice(n, DTYPES, "dtype")),
 }
 
 CASE_KEYS: tuple[str, ...] = (
     "op", "kernel", "geometry", *GEOMETRY_FIELDS,
     "seq_lens", "slot_mode", "chunk_size", "block_value", "scratch_pages", "seed",
-    "tolerance", "timeout_s", "env", "tier", "attention",
+    "tolerance", "timeout_s", "env", "tier", "attention", "precision", "dtype",
 )
 
 # The plain form of each key's default (geometry fields come from the preset).
 _DEFAULT_PLAIN: dict[str, Any] = {
     "op": None, "kernel": "reference", "geometry": "tiny", "seq_lens": "const(1)", "slot_mode": "arange",
     "chunk_size": None, "block_value": None, "scratch_pages": None, "seed": 0, "tolerance": None,
-    "timeout_s": 60.0, "env": {}, "tier": "ci", "attention": DEFAULT_ATTENTION,
+    "timeout_s": 60.0, "env": {}, "tier": "ci", "attention": DEFAULT_ATTENTION, "precision": DEFAULT_PRECISION,
+    "dtype": DEFAULT_DTYPE,
 }
 
 

@@ -11,6 +11,11 @@ from harness.errors import UsageError
 from harness.memory_plan import human_bytes, plan
 from harness.ops import OPS
 
+# Which arguments follow a case's ``dtype`` (docs/contracts.md, "dtype"); the Markdown tables say it
+# in the doc's column legend instead.
+DTYPE_NOTE = ("bfloat16: the case's dtype (bf16 by default, fp16 with `dtype: fp16`): caches, stored outputs and "
+              "bf16 inputs follow it; float32 and int32 arguments keep theirs")
+
 # Not a Geometry field: every sequence this long, which sizes MB, max_pos, N and T.
 SEQ_LEN = "seq_len"
 
@@ -28,6 +33,8 @@ def cmd_ops(args) -> int:
             print(*([""] if i else []), op, *text_table(rows), sep="\n")
         if case is not None:
             print("", memory_line(dataclasses.replace(case, op=op)), sep="\n")
+    if not args.markdown:
+        print(f"\n{DTYPE_NOTE}")
     if sizes is not None and "T" not in sizes:
         print(f"\nMB, max_pos, N and T depend on the case's sequence lengths: add {SEQ_LEN}=N to size them "
               f"(and plan the memory) for sequences of N tokens (one chunk)")

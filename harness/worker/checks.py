@@ -20,7 +20,7 @@ import torch
 from harness.case import Case, Tolerance
 from harness.goldens import EXACT_SUFFIX
 from harness.worker.input_guard import InputWrite, bits
-from harness.worker.ratio_allclose import Comparison, ratio_allclose, summarise_localisation
+from harness.worker.ratio_allclose import ULP_DTYPES, Comparison, ratio_allclose, summarise_localisation
 from harness.worker import stray_reads
 from harness.worker.inputs import CaseInputs
 from harness.worker.launch import Launched, poison_mask
@@ -116,6 +116,13 @@ def rounding_slack(actual: torch.Tensor, expected: torch.Tensor, exact: torch.Te
         return torch.where(near_exact, (a - g).abs(), torch.zeros_like(g)).nan_to_num(0.0)
     toward_exact = torch.sign(a - g) == torch.sign(x - g)     # interval [g, g_exact]
     return torch.where(toward_exact, spread, torch.zeros_like(g))
+
+
+def stored_dtype(actual: torch.Tensor) -> torch.dtype | None:
+    """The low-precision dtype an output or cache row was stored in: its bound is at least half an
+    ulp of it plus atol (docs/contracts.md, "Tolerances and the rounding of the stored value");
+    None for fp32."""
+    return actual.dtype if actual.dtype in ULP_DTYPES else None
 
 
 # -- guard bands ----------------------------------------------------------------
@@ -250,7 +257,7 @@ def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.
     groups = {"batch": (0, ci.row_seq)} if case.op == "prefill_attention" else None
     slack = rounding_slack(actual, expected, exact, tol)
     cmp = ratio_allclose(actual, expected, atol=tol.atol, rtol=tol.rtol, max_error_ratio=tol.max_error_ratio,
-                         name=name, axes=axes, groups=groups, rows=rows, slack=slack)
+                         name=name, axes=axes, groups=groups, rows=rows, slack=slack, stored=stored_dtype(actual))
     metrics["compare"][name] = _with_spread(cmp.to_metrics(), expected, exact)
     if not cmp.passed:
         findings.append(Finding(Outcome.MISMATCH, _mismatch_line(cmp) + stray_reads.hint(ci, name, actual, compared),
@@ -347,7 +354,7 @@ def _cache_findings(case: Case, ci: CaseInputs, name: str, before: torch.Tensor,
             actual, expected, atol=tol.atol, rtol=tol.rtol, max_error_ratio=tol.max_error_ratio,
             name=f"{name} rows", axes=("layer", "row", "kv_head", None),
             groups={"page": (1, written // P), "batch": (1, ci.row_seq[valid])},
-            slack=rounding_slack(actual, expected, exact, tol),
+            slack=rounding_slack(actual, expected, exact, tol), stored=stored_dtype(actual),
         )
         metrics["compare"][name] = _with_spread(cmp.to_metrics(), expected, exact)
         if not cmp.passed:

@@ -39,6 +39,14 @@ from harness.ops import OPS, OpSpec, resolve_shape
 from harness.worker import counter_rng
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int32": torch.int32}
+# A case's ``dtype`` (harness.case.DTYPES) -> what the contract's bf16 arguments are stored in.
+STORED = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def arg_dtype(name: str, case: Case) -> torch.dtype:
+    """The torch dtype of an argument declared ``name`` in harness/ops.py, for ``case``: every
+    bf16 argument (caches, stored outputs, stored inputs and weights) follows ``case.dtype``."""
+    return STORED[case.dtype] if name == "bfloat16" else DTYPES[name]
 _CANARY_PERIOD = 4093  # prime, so the pattern never lines up with rows or pages
 _CANARY_REPEATS = -(-(_CANARY_PERIOD + counter_rng.WINDOW) // _CANARY_PERIOD)   # a window from any phase
 # The shared query component: q_proj's elements on each head's slowest RoPE pair are
@@ -111,6 +119,8 @@ def input_spec(case: Case) -> dict[str, Any]:
         "attention": case.attention,
         "generator": inputs_source_hash(),
         "draws": counter_rng.VERSION,
+        # Only where it is not the default, so every bf16 case keeps its key.
+        **({"dtype": case.dtype} if case.dtype != "bf16" else {}),
     }
 
 
@@ -145,7 +155,7 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
     args: dict[str, Any] = {}
     for arg in op.args:
         if arg.role == "input":
-            args[arg.name] = _generate_input(arg.name, resolve_shape(arg.shape, sizes), DTYPES[arg.dtype], case.seed,
+            args[arg.name] = _generate_input(arg.name, resolve_shape(arg.shape, sizes), arg_dtype(arg.dtype, case), case.seed,
                                              device, gains.get(arg.name, 1.0), spread)
     hot = case.op not in _COLD_CANARY_OPS
     if hot and "q_proj" in args:
@@ -171,7 +181,7 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
                              for n, t in (("rope_cos", rope_cos), ("rope_sin", rope_sin))))
     if "query" in args and leaning is not None:   # paged decode: as the norm and RoPE would leave q
         last = args["seq_lens"].long() - 1
-        args["query"] = _query(args["query"], leaning[last], spread).bfloat16()
+        args["query"] = _query(args["query"], leaning[last], spread).to(args["query"].dtype)
     for arg in op.by_role("scalar"):
         args[arg.name] = {
             "eps": geo.eps, "scale": 1.0 / math.sqrt(geo.head_dim), "num_layers": geo.num_layers,
@@ -180,11 +190,11 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
     key_scale = math.sqrt(spread) * (_key_norm_factor(geo.head_dim) if hot else 1.0)
     for arg in op.caches:
         args[arg.name] = _cache(arg.name, resolve_shape(arg.shape, sizes), block_table, filled, P, case.seed, device,
-                                key_scale, canary)
+                                arg_dtype(arg.dtype, case), key_scale, canary)
     if leaning is not None and "block_table" in args:      # rope_kv_write reads no cached key
         _lean_cached(args["k_cache"], args["block_table"], filled, P, leaning.mul_(key_scale), canary.sink)
 
-    outputs = {a.name: (resolve_shape(a.shape, sizes), DTYPES[a.dtype]) for a in op.outputs}
+    outputs = {a.name: (resolve_shape(a.shape, sizes), arg_dtype(a.dtype, case)) for a in op.outputs}
     return CaseInputs(op, args, outputs, slots, row_seq, sizes, input_spec(case))
 
 
@@ -338,7 +348,7 @@ def _lean_cached(k_cache: torch.Tensor, block_table: torch.Tensor, filled: list[
     first = pos == 0
     for d in _pair(extra.shape[-1]):
         extra[:, d] += first * sink
-    rows[slot] = (rows[slot].float() + extra[:, None, :]).bfloat16()
+    rows[slot] = (rows[slot].float() + extra[:, None, :]).to(rows.dtype)
 
 
 def _query(q: torch.Tensor, leaning: torch.Tensor, spread: float) -> torch.Tensor:
@@ -369,7 +379,8 @@ class _CanaryKeys:
 
 
 def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled: list[int], P: int,
-           seed: int, device: torch.device, key_scale: float = 1.0, hot: "_CanaryKeys | None" = None) -> torch.Tensor:
+           seed: int, device: torch.device, dtype: torch.dtype = torch.bfloat16, key_scale: float = 1.0,
+           hot: "_CanaryKeys | None" = None) -> torch.Tensor:
     """Canary everywhere (values no valid row has), valid context where it is read.
 
     Context keys are N(0, 1) times ``key_scale`` (sqrt(spread) and, for hot ops, the
@@ -383,7 +394,7 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
     """
     row = math.prod(shape[-2:])                            # elements per cache row (one slot)
     rows = math.prod(shape[-4:-2])                         # slots per layer
-    cache = torch.empty(shape, dtype=torch.bfloat16, device=device)
+    cache = torch.empty(shape, dtype=dtype, device=device)
     layers = cache.view(-1, rows * row)
     context = torch.zeros(rows, dtype=torch.bool)
     for b, count in enumerate(filled):
@@ -396,7 +407,7 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
     is_key = name.startswith("k")
     if hot is not None:
         period = period.mul_(1 / 32) if is_key else period.add_(torch.where(period >= 0, CANARY_VALUE_MIN, -CANARY_VALUE_MIN))
-    tiled = period.bfloat16().repeat(_CANARY_REPEATS)
+    tiled = period.to(dtype).repeat(_CANARY_REPEATS)      # exact in bf16 and fp16 (steps of 1/256, |x| < 48)
     scale = key_scale if is_key else 1.0
     for layer_index, layer in enumerate(layers):
         stream = name if len(shape) == 4 else f"{name}[{layer_index}]"

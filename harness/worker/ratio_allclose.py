@@ -11,6 +11,15 @@ Semantics
   with ``slack=`` (a tensor of expected's shape, >= 0) the bound is
   ``atol + rtol * |e| + slack`` per element (the checker passes the rounding
   spread ``|golden_exact - golden|``, docs/contracts.md "Rounding spread");
+  with ``stored=`` (bfloat16 or float16: the dtype ``actual`` was stored in) the
+  bound admits at least half an ulp of that dtype at ``e`` plus ``atol``:
+  ``max(atol + rtol * |e|, half_ulp(e) + atol) [+ slack]``, where ``half_ulp(e)`` is
+  ``2^(max(floor(log2 |e|), emin) - p)`` (``p`` significand bits with the
+  implicit one: 8 for bf16, 11 for fp16; ``emin`` the smallest normal exponent:
+  -126, -14).  The correct rounding of ``e`` to that dtype is within it, so it
+  is never bad, whatever atol and rtol say, and neither is the rounding of any
+  value within ``atol / 2`` of ``e`` (docs/contracts.md "Tolerances and the
+  rounding of the stored value");
 * an element where either side is NaN or +-Inf is bad too, and any such element
   fails the comparison whatever ``max_error_ratio`` says;
 * it passes when ``bad_count <= round(max_error_ratio * numel)`` and nothing is
@@ -54,9 +63,12 @@ a non-zero or a non-total share)::
 
 * First word after the name: ``PASS``, ``MISMATCH`` (too many bad elements) or
   ``NONFINITE`` (a NaN/Inf among compared elements; checked first).
-* "up to X allowed" is ``atol + rtol * |e|`` at the index of the greatest
-  absolute difference.  Both "greatest" lines are over pairs where both sides
-  are finite; with no such pair they read ``none (no finite pairs compared)``.
+* "up to X allowed" is the bound (``atol + rtol * |e|``, with the slack and the
+  half ulp when given) at the index of the greatest absolute difference.
+* With ``stored=`` the headline ends ``, at least half a bfloat16 ulp + atol``
+  (or float16).
+* Both "greatest" lines are over pairs where both sides are finite; with no
+  such pair they read ``none (no finite pairs compared)``.
 * ``worst elements``: up to 5 bad elements, largest ``|diff|`` first (NaN and
   Inf pairs rank above every finite one; ties go to the lower row-major index),
   joined by ``"; "``; ``none`` when nothing is bad.
@@ -95,7 +107,7 @@ import torch
 
 from harness.outcomes import Outcome
 
-__all__ = ["Comparison", "ratio_allclose", "summarise_localisation"]
+__all__ = ["Comparison", "ULP_DTYPES", "half_ulp", "ratio_allclose", "summarise_localisation"]
 
 Index = tuple[int, ...]
 
@@ -107,6 +119,37 @@ _KEEP_LISTED = 8
 _SPARSE = 16
 # The 2-D localisation map has at most this many cells along each of its axes.
 MAP_CELLS = 64
+
+# Stored dtypes whose half ulp can join the bound: (significand bits p with the implicit one,
+# smallest normal exponent emin).  Their grid in the binade [2^k, 2^(k+1)) is 2^(k+1-p) apart
+# (2^(emin+1-p) below 2^emin, the subnormals), so round-to-nearest moves a value by at most
+# half of that: 2^(max(k, emin) - p).
+ULP_DTYPES: dict[torch.dtype, tuple[int, int]] = {
+    torch.bfloat16: (8, -126),
+    torch.float16: (11, -14),
+}
+_EXPONENT_MASK = {torch.float32: (torch.int32, 0x7F800000), torch.float64: (torch.int64, 0x7FF0000000000000)}
+
+
+def half_ulp(expected: torch.Tensor, stored: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Half an ulp of ``stored`` at each element of ``expected`` (float32 or float64, finite).
+
+    ``2^floor(log2 |e|)`` is ``e`` with its sign and significand bits cleared (a float32
+    subnormal or zero gives 0), scaled by ``2^-p`` and floored at the subnormal half ulp
+    ``2^(emin - p)``; every step is exact (powers of two).
+    """
+    p, emin = ULP_DTYPES[stored]
+    itype, mask = _EXPONENT_MASK[expected.dtype]
+    out = out if out is not None else torch.empty_like(expected)
+    torch.bitwise_and(expected.view(itype), mask, out=out.view(itype))
+    return out.mul_(2.0 ** -p).clamp_(min=2.0 ** (emin - p))
+
+
+def _half_ulp_scalar(e: float, stored: torch.dtype) -> float:
+    p, emin = ULP_DTYPES[stored]
+    if e == 0 or not math.isfinite(e):
+        return 2.0 ** (emin - p) if e == 0 else math.inf
+    return 2.0 ** (max(math.frexp(abs(e))[1] - 1, emin) - p)
 
 
 # --------------------------------------------------------------------------
@@ -142,6 +185,8 @@ class Comparison:
     # nothing the counts do not, and would grow every --json result by a few KB).
     # Rendered by the reports, not by report().
     map: dict[str, Any] | None = None
+    # The dtype whose half ulp at |e| (plus atol) floors every bound (``stored=``): "bfloat16", "float16", or None.
+    stored_ulp: str | None = None
 
     @property
     def bad_ratio(self) -> float:
@@ -200,7 +245,8 @@ class Comparison:
         return (f"{self.name}: {self.outcome.value} {self.bad_count} / {self.numel} elements bad "
                 f"({_pct(self.bad_ratio)}), allowed {self.allowed_bad} "
                 f"(max_error_ratio {_num(self.max_error_ratio)}) "
-                f"with atol {_num(self.atol)}, rtol {_num(self.rtol)}")
+                f"with atol {_num(self.atol)}, rtol {_num(self.rtol)}"
+                + (f", at least half a {self.stored_ulp} ulp + atol" if self.stored_ulp else ""))
 
 
 def _plain(value: Any) -> Any:
@@ -409,9 +455,11 @@ class _Walk:
     def __init__(self, layout: _Layout, dtype: torch.dtype, actual_dtype: torch.dtype,
                  expected_dtype: torch.dtype, device: torch.device, atol: float, rtol: float,
                  loc_dims: set[int], numel: int, ndim: int,
-                 map_dims: tuple[int, int] | None = None, slack: torch.Tensor | None = None):
+                 map_dims: tuple[int, int] | None = None, slack: torch.Tensor | None = None,
+                 stored: torch.dtype | None = None):
         self.layout = layout
         self.slack = slack                    # per-element extra allowance, or None
+        self.stored = stored                  # the bound admits half an ulp of it at |e| + atol, or None
         self.s = None                         # this chunk's slice of it
         self.dtype = dtype
         self.atol, self.rtol = atol, rtol
@@ -488,7 +536,10 @@ class _Walk:
             self._offer_max_rel(ctx, r, rmax)
         if dmax <= self.atol_c:                      # nothing can exceed atol + rtol*|e|
             return
+        h = None if self.stored is None else half_ulp(t, self.stored, out=self.buf_r[:n])
         t.mul_(self.rtol).add_(self.atol)
+        if h is not None:
+            torch.maximum(t, h.add_(self.atol), out=t)
         if self.s is not None:
             t.add_(self.s)
         bad = torch.gt(d, t, out=self.buf_b[:n])
@@ -517,6 +568,8 @@ class _Walk:
         r.masked_fill_(~fin, -1.0)
         self._offer_max_rel(ctx, r, r.max().item())
         tol = t.mul(self.rtol).add_(self.atol)
+        if self.stored is not None:          # |e| is finite where it matters: elsewhere ~fin decides
+            torch.maximum(tol, half_ulp(t.nan_to_num(0.0, 0.0, 0.0), self.stored).add_(self.atol), out=tol)
         if self.s is not None:
             tol.add_(self.s.view(tol.shape))
         bad = torch.gt(d, tol) | ~fin
@@ -535,6 +588,8 @@ class _Walk:
             self.max_abs_at = self.layout.index(outer, j, q)
             e_abs = self.buf_t.view(-1)[q].item()    # still |e| here
             self.max_abs_allowed = self.atol + self.rtol * e_abs
+            if self.stored is not None:
+                self.max_abs_allowed = max(self.max_abs_allowed, _half_ulp_scalar(e_abs, self.stored) + self.atol)
             if self.s is not None:
                 self.max_abs_allowed += self.s[q].item()
 
@@ -799,7 +854,7 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
                    axes: Sequence[str | None] | None = None,
                    groups: Mapping[str, tuple[int, Any]] | None = None,
                    rows: Any = None, chunk_elems: int = 1 << 18,
-                   slack: torch.Tensor | None = None) -> Comparison:
+                   slack: torch.Tensor | None = None, stored: torch.dtype | None = None) -> Comparison:
     """Compare ``actual`` with ``expected``; see the module docstring for the semantics.
 
     axes:   one entry per dim, a name or None; localise by every named dim.
@@ -807,6 +862,9 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
             dim; a negative label leaves that index out of every group.
     rows:   bool mask over dim 0; only rows marked True are compared.
     slack:  per-element allowance added to ``atol + rtol*|e|`` (expected's shape, finite, >= 0).
+    stored: the dtype ``actual`` was stored in (a key of ``ULP_DTYPES``): every element's bound
+            admits at least half an ulp of it at ``|e|`` plus ``atol``, so the correct rounding of
+            ``e`` (or of any value within ``atol / 2`` of it) is never bad.
     """
     _validate_tensors(actual, expected)
     atol = _valid_tolerance("atol", atol)
@@ -823,6 +881,8 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
         if not isinstance(slack, torch.Tensor) or slack.shape != expected.shape or not slack.is_floating_point():
             raise ValueError(f"slack must be a floating tensor of shape {tuple(expected.shape)}")
         slack = slack.to(expected.device)
+    if stored is not None and stored not in ULP_DTYPES:
+        raise ValueError(f"stored must be one of {', '.join(map(str, ULP_DTYPES))}, got {stored!r}")
     if caller_ndim == 0:
         actual, expected, shape = actual.reshape(1), expected.reshape(1), (1,)
         slack = None if slack is None else slack.reshape(1)
@@ -833,7 +893,7 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
     layout = _Layout.plan(shape, chunk_elems)
     loc_dims = set(named) | {dim for dim, _ in group_specs.values()}
     walk = _Walk(layout, dtype, actual.dtype, expected.dtype, actual.device, atol, rtol,
-                 loc_dims, numel, caller_ndim, _map_dims(named, shape), slack)
+                 loc_dims, numel, caller_ndim, _map_dims(named, shape), slack, stored)
     if numel:
         with torch.no_grad(), _intra_op_threads(1):
             for start, stop in runs:
@@ -875,4 +935,5 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
         first_bad=tuple(walk.public(i) for i in walk.first),
         localisation=localisation,
         map=_map(walk, named, shape, mask),
+        stored_ulp=None if stored is None else str(stored).removeprefix("torch."),
     )

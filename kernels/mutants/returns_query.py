@@ -17,7 +17,7 @@ class ReturnsQuery(ReferenceKernel):
                                     k_norm_weight, rope_cos, rope_sin, positions, slot_mapping,
                                     block_table, seq_lens, scale, eps, k_cache, v_cache, out, query):
         q, k, v = self.project(q_proj * inv_rms, k_proj * inv_rms, v_proj * inv_rms,
-                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps)
+                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps, k_cache.dtype)
         query.copy_(q)
         self.write(k_cache, slot_mapping, k)
         self.write(v_cache, slot_mapping, v)

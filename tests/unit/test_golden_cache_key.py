@@ -46,6 +46,7 @@ INPUT_CHANGES = {
     "scratch_pages": (BASE, 12),
     "seed": (BASE, 2),
     "attention": (BASE, "sharp"),
+    "dtype": (BASE, "fp16"),
 }
 RUN_ONLY_CHANGES = {
     "case_id": "other",
@@ -59,6 +60,7 @@ RUN_ONLY_CHANGES = {
     "params": {"note": "x"},
     "command": {"command": "true"},      # command cases have no goldens: never part of a key
     "latency": LatencySpec(target=0.05),  # how a case is timed after its checks
+    "precision": "bf16-compute",
 }
 
 
@@ -118,3 +120,9 @@ def test_cases_that_differ_only_in_block_value_are_not_served_one_golden(tmp_pat
         _, hit = cache.get_or_compute(case.op, inputs.spec, inputs.args)
         assert not hit, case.block_value
     assert cache.computed == 2
+
+
+def test_a_bf16_case_keeps_the_key_it_had_before_the_dtype_axis():
+    """``dtype`` joins the input spec only where it is not the default."""
+    spec = generate(BASE).spec
+    assert "dtype" not in spec and generate(replace(BASE, dtype="fp16")).spec["dtype"] == "fp16"
