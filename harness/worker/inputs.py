@@ -181,7 +181,7 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
                              for n, t in (("rope_cos", rope_cos), ("rope_sin", rope_sin))))
     if "query" in args and leaning is not None:   # paged decode: as the norm and RoPE would leave q
         last = args["seq_lens"].long() - 1
-        args["query"] = _query(args["query"], leaning[last], spread).to(args["query"].dtype)
+        args["query"] = _query(args["query"], leaning[last], spread).to(STORED[case.dtype])   # the draw is float32; stored as the case says
     for arg in op.by_role("scalar"):
         args[arg.name] = {
             "eps": geo.eps, "scale": 1.0 / math.sqrt(geo.head_dim), "num_layers": geo.num_layers,
