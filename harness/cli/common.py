@@ -116,7 +116,15 @@ def engine_options(args, devices: list[Device], *, kernel_paths=None, golden_dty
         golden_cache=golden_cache if golden_cache is not None
         else options.golden_cache(args.golden_cache, args.no_golden_cache),
         golden_dtype=golden_dtype or args.golden_dtype, golden_device=golden_device, log_dir=args.log_dir, log_root=default_log_dir,
-        rules=tuple(args.rules), tier=tier or args.tier, exitfirst=exitfirst, max_log_bytes=args.max_log_mb << 20))
+        rules=tuple(args.rules), tier=tier or args.tier, exitfirst=exitfirst, max_log_bytes=args.max_log_mb << 20,
+        intermediates=intermediates_mode(args)))
+
+
+def intermediates_mode(args) -> str:
+    """--intermediates as given, else the command's default: off for a flake hunt (it counts launches, and
+    a rerun of each failing iteration would double its time), on-failure for every other command."""
+    given = getattr(args, "intermediates", None)
+    return given or ("off" if getattr(args, "command", "") == "flake" else "on-failure")
 
 
 @contextlib.contextmanager

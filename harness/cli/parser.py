@@ -48,6 +48,14 @@ def _add_outputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", default=None, metavar="FILE", help="one self-contained HTML report")
 
 
+def _add_intermediates(p: argparse.ArgumentParser) -> None:
+    """--intermediates (docs/intermediates.md); a flake hunt's default is off (set per command)."""
+    p.add_argument("--intermediates", choices=("off", "on-failure", "always"), default=None,
+                   help="compare the intermediates a kernel dumps with the goldens' (docs/intermediates.md): "
+                        "on-failure (default; flake: off) launches a failing case once more with dump, always "
+                        "dumps on every case")
+
+
 def _add_execution(p: argparse.ArgumentParser) -> None:
     """Options of every command that runs cases (run, flake, compare, bisect)."""
     p.add_argument("--device", type=nonempty("--device"), default=None, help="cpu, cuda:N or npu:N (default cpu)")
@@ -78,6 +86,7 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rules", action="append", default=[], metavar="FILE",
                    help="extra classifier rules (YAML; harness-rules.yaml in the cwd is read too)")
     p.add_argument("--no-progress", action="store_true", help="plain line-per-case output")
+    _add_intermediates(p)
     p.add_argument("--no-color", action="store_true", help="plain output without colours (as when not a TTY)")
     _add_store(p)
     p.add_argument("--no-store", action="store_true", help="keep results in memory only")

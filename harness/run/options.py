@@ -109,6 +109,7 @@ class Settings:
     max_log_bytes: int = LOG_CAP_BYTES      # each case log cut to its head and tail past this
     tier: str = "auto"
     exitfirst: bool = False
+    intermediates: str = "on-failure"       # off | on-failure | always (docs/intermediates.md)
 
 
 def golden_cache(flag: str | None, disabled: bool) -> str | None:
@@ -150,7 +151,7 @@ def run_options(settings: Settings) -> RunOptions:
                            golden_device=settings.golden_device,
                            kernel_paths=kernel_paths(settings.kernel_paths),
                            rules=default_rules(extra=[Path(p) for p in settings.rules]),
-                           max_log_bytes=settings.max_log_bytes)
+                           max_log_bytes=settings.max_log_bytes, intermediates=settings.intermediates)
     return RunOptions(devices=list(settings.devices), worker=worker, run_device_tier_on_cpu=settings.tier == "all",
                       exitfirst=settings.exitfirst)
 

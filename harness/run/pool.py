@@ -86,6 +86,7 @@ class WorkerOptions:
     max_log_bytes: int = LOG_CAP_BYTES   # each case log cut to its head and tail past this (logs.cap_log)
     rss_growth_warn_bytes: int = 1 << 30  # a worker whose RSS grew this much across cases: a warning
     base_env: dict[str, str] = field(default_factory=lambda: {**THREADING_ENV, **os.environ})
+    intermediates: str = "on-failure"    # off | on-failure | always (docs/intermediates.md)
 
 
 def worker_env(options: WorkerOptions, case_env: dict[str, str]) -> dict[str, str]:
@@ -410,7 +411,8 @@ class DeviceWorker:
         started = time.perf_counter()          # the case's time, not the worker's start-up
         current = self.current
         request = protocol.RunRequest(case, str(log_path), repeat, str(baseline) if baseline else None,
-                                      nonce=secrets.token_hex(8), golden=golden and golden.golden)
+                                      nonce=secrets.token_hex(8), golden=golden and golden.golden,
+                                      intermediates=self.options.intermediates)
         try:
             current.send(request)
             if not current.wait(case.timeout_s):

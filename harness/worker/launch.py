@@ -112,6 +112,14 @@ def verify_signature(kernel: Callable, kwargs: dict[str, Any], op_name: str) -> 
         ) from None
 
 
+def _declares_dump(kernel: Callable) -> bool:
+    try:
+        p = inspect.signature(kernel).parameters.get("dump")
+    except (TypeError, ValueError):
+        return False
+    return p is not None and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+
+
 def _returned_problem(ret: Any, outputs: list[GuardedBuffer]) -> str | None:
     """None when ``ret`` is None, the first output, or all outputs in declared order."""
     if ret is None:
@@ -172,9 +180,10 @@ class Buffers:
 
 
 def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: Callable[[], None],
-           buffers: Buffers | None = None) -> Launched:
+           buffers: Buffers | None = None, dump: Callable[..., None] | None = None) -> Launched:
     """One call of ``kernel``; ``buffers``: guarded buffers in their pre-launch state (a repeat's,
-    restored), else allocated here."""
+    restored), else allocated here.  ``dump``: passed as ``dump=`` to a kernel that declares
+    that parameter (docs/intermediates.md); any other kernel is called as without it."""
     kwargs: dict[str, Any] = {}
     for arg in ci.op.args:
         if arg.role == "input":
@@ -186,6 +195,8 @@ def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: 
     kwargs.update({name: buf.view for name, buf in buffers.by_name.items()})
 
     verify_signature(kernel, kwargs, ci.op.name)
+    if dump is not None and _declares_dump(kernel):
+        kwargs["dump"] = dump
     seal = InputSeal({a.name: kwargs[a.name] for a in ci.op.by_role("input")})
     ret = kernel(**kwargs)
     synchronize()

@@ -143,7 +143,7 @@ def serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
         with redirected_output(request.log):
             reply = execute_case(request.case, device, backend, golden_cache, loader, golden_dtype,
                                  golden=request.golden, repeat=request.repeat, baseline=request.baseline,
-                                 baselines=baselines, repeats=repeats)
+                                 baselines=baselines, repeats=repeats, intermediates=request.intermediates)
         protocol.send(conn, dataclasses.replace(reply, nonce=request.nonce))
 
 

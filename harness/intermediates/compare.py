@@ -1,0 +1,171 @@
+"""One dumped intermediate against its golden, then the verdicts of a whole launch's dumps.
+
+``measure`` compares one tensor as the outputs are compared (``ratio_allclose`` with the
+tolerance of the output it is nearest to, the rounding spread as slack, localised per row and
+head) and adds the precision metrics a model-level precision tool reports for each API's
+output: cosine similarity, max absolute and relative error, and the share of elements whose
+relative error exceeds 1/1000 and 5/1000.  ``bit_exact``: every compared element equals the
+golden rounded to the dump's dtype.
+
+``verdicts`` turns the measurements (keyed by name, in any order, any subset) into one
+``Verdict`` per intermediate of the op in dataflow order, and ``first_bad`` names the first
+``bad`` one: everything after it that consumes it is ``inherited``.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.intermediates.spec import Intermediate
+from harness.worker.ratio_allclose import ratio_allclose, summarise_localisation
+
+# the precision tool's thresholds: relative error above 1/1000 and above 5/1000
+THRESHOLDS = (0.001, 0.005)
+
+
+class Verdict(str, enum.Enum):
+    OK = "ok"
+    BIT_EXACT = "bit-exact"       # ok, and every element is the golden rounded to the dump's dtype
+    BAD = "bad"
+    INHERITED = "inherited"       # bad, but an intermediate it consumes (dumped) is bad already
+    MISSING = "missing"           # not dumped
+
+    @property
+    def good(self) -> bool:
+        return self in (Verdict.OK, Verdict.BIT_EXACT)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What the comparison of one dumped intermediate found (plain data: it crosses the pipe)."""
+
+    name: str
+    passed: bool
+    bit_exact: bool
+    dtype: str
+    metrics: dict[str, Any]            # cosine, max_abs, max_rel, over_1e-3, over_5e-3, bad_ratio, ...
+    localisation: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    note: str = ""                     # e.g. "12 NaN/Inf"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table of intermediates."""
+
+    name: str
+    verdict: Verdict
+    layer: int | None
+    measurement: Measurement | None
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.measurement
+        return {"name": self.name, "verdict": self.verdict.value, "layer": self.layer,
+                "metrics": {} if m is None else {**m.metrics, "dtype": m.dtype, "note": m.note,
+                                                 "localisation": {k: list(v) for k, v in m.localisation.items()}}}
+
+
+def measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exact: torch.Tensor | None, *,
+            atol: float, rtol: float, max_error_ratio: float, rows: torch.Tensor | None = None) -> Measurement:
+    """Compare ``actual`` (any float dtype, on any device) with ``golden`` (fp32/fp64, same shape)."""
+    device = actual.device
+    g = golden.to(device)
+    slack = None if exact is None else (exact.to(device=device, dtype=g.dtype) - g).abs()
+    cmp = ratio_allclose(actual, g, atol=atol, rtol=rtol, max_error_ratio=max_error_ratio, name=item.name,
+                         axes=item.axes, rows=rows, slack=slack)
+    a, e = actual, g
+    if rows is not None:
+        keep = rows.to(device)
+        a, e = a[keep], e[keep]
+    a64, e64 = a.double().flatten(), e.double().flatten()
+    finite = torch.isfinite(a64) & torch.isfinite(e64)
+    nonfinite = int((~torch.isfinite(a64)).sum())
+    diff = (a64 - e64).abs()
+    rel = torch.where(diff == 0, torch.zeros_like(diff), diff / e64.abs())     # a != e == 0: inf
+    n = max(int(a64.numel()), 1)
+    metrics: dict[str, Any] = {
+        "cosine": _cosine(a64[finite], e64[finite]),
+        "max_abs": float(diff[finite].max()) if bool(finite.any()) else math.nan,
+        "max_rel": float(rel[finite].max()) if bool(finite.any()) else math.nan,
+        **{f"over_{t:g}": float(((rel > t) | ~finite).sum()) / n for t in THRESHOLDS},
+        "bad_ratio": cmp.bad_ratio, "bad_count": cmp.bad_count, "numel": cmp.numel,
+        "atol": atol, "rtol": rtol, "max_error_ratio": max_error_ratio,
+    }
+    bit_exact = bool(torch.equal(a, e.to(a.dtype))) if a.is_floating_point() else False
+    note = f"{nonfinite} NaN/Inf" if nonfinite else ""
+    return Measurement(item.name, cmp.passed, bit_exact and cmp.passed, str(actual.dtype).removeprefix("torch."),
+                       metrics, dict(cmp.localisation), note)
+
+
+def _cosine(a: torch.Tensor, e: torch.Tensor) -> float:
+    if a.numel() == 0:
+        return math.nan
+    na, ne = float(a.norm()), float(e.norm())
+    if na == 0 or ne == 0:
+        return 1.0 if na == ne else 0.0
+    return float((a @ e) / (na * ne))
+
+
+def verdicts(items: Sequence[Intermediate], measured: Mapping[str, Measurement]) -> tuple[Row, ...]:
+    """One row per intermediate in dataflow order.  A failed comparison is ``bad``, or ``inherited``
+    when one of its direct upstream intermediates was dumped and is bad or inherited."""
+    rows: list[Row] = []
+    state: dict[str, Verdict] = {}
+    for item in items:
+        m = measured.get(item.name)
+        if m is None:
+            verdict = Verdict.MISSING
+        elif m.passed:
+            verdict = Verdict.BIT_EXACT if m.bit_exact else Verdict.OK
+        elif any(state.get(up) in (Verdict.BAD, Verdict.INHERITED) for up in item.upstream):
+            verdict = Verdict.INHERITED
+        else:
+            verdict = Verdict.BAD
+        state[item.name] = verdict
+        rows.append(Row(item.name, verdict, item.layer, m))
+    return tuple(rows)
+
+
+def first_bad(rows: Sequence[Row]) -> Row | None:
+    return next((r for r in rows if r.verdict is Verdict.BAD), None)
+
+
+def headline(rows: Sequence[Row]) -> str:
+    """``first bad intermediate k_rope (q_rope, v bit-exact; k_rope kv_head 0-1 bad in 100% rows)``, or
+    where every dumped intermediate being right puts the error."""
+    dumped = [r for r in rows if r.verdict is not Verdict.MISSING]
+    if not dumped:
+        return "no intermediate dumped"
+    bad = first_bad(rows)
+    exact = [r.name for r in dumped if r.verdict is Verdict.BIT_EXACT and (bad is None or rows.index(r) < rows.index(bad))]
+    ok = [r.name for r in dumped if r.verdict is Verdict.OK and (bad is None or rows.index(r) < rows.index(bad))]
+    before = "; ".join(part for part in (
+        f"{_names(exact)} bit-exact" if exact else "", f"{_names(ok)} ok" if ok else "") if part)
+    if bad is None:
+        return (f"every dumped intermediate ok (last: {dumped[-1].name}): the error is after it "
+                f"(the store, the cast, the buffer written)")
+    where = _where(bad)
+    layer = f" in layer {bad.layer}" if bad.layer is not None else ""
+    inside = "; ".join(part for part in (before, where) if part)
+    return f"first bad intermediate {bad.name}{layer}" + (f" ({inside})" if inside else "")
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names) if len(names) <= 4 else ", ".join(names[:3]) + f" and {len(names) - 3} more"
+
+
+def _where(row: Row) -> str:
+    m = row.measurement
+    if m is None:
+        return ""
+    parts = [m.note] if m.note else []
+    loc = {k: v for k, v in m.localisation.items() if k != "row"}
+    for axis, ratios in loc.items():
+        parts.append(f"{row.name} " + summarise_localisation(axis, ratios))
+    if not loc:
+        parts.append(f"{row.name} {100 * m.metrics.get('bad_ratio', 0.0):.1f}% bad")
+    return "; ".join(parts)
