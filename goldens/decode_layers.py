@@ -25,7 +25,7 @@ Every row is computed; the checker ignores rows whose slot is < 0.
 ``next_hidden`` is the exact residual (the checker compares it with the
 kernel's bf16).
 
-Intermediates (``record``): per layer ``l`` ``layers.{l}.q_rope``, ``.k_rope``, ``.v``, ``.attn``
+Intermediates (``record``): per layer ``l`` ``layers.{l}.q_norm``, ``.k_norm``, ``.q_rope``, ``.k_rope``, ``.v``, ``.attn``
 and ``.hidden`` (the residual after the layer), then ``final_norm``.
 
 Returns ``logits [B, V]``, ``next_hidden [B, H]`` and the k/v rows each layer
@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from harness.goldens.common import (
-    GoldenInputError, Record, _ignore, decode_attention, qk_norm_rope, rms_norm, rope_rows, split_heads,
+    GoldenInputError, Record, _ignore, decode_attention, qk_norm, rms_norm, rope, rope_rows, split_heads,
     stored_if,
 )
 
@@ -73,8 +73,11 @@ def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True
     k_rows, v_rows = [], []
     for layer in range(num_layers):
         h = rms_norm(r, eps) * w["input_rms_weight"]
-        q = qk_norm_rope(split_heads(h @ w["wq"], head_dim), w["q_norm_weight"], cos, sin, eps)
-        k = qk_norm_rope(split_heads(h @ w["wk"], head_dim), w["k_norm_weight"], cos, sin, eps)
+        q = qk_norm(split_heads(h @ w["wq"], head_dim), w["q_norm_weight"], eps)
+        k = qk_norm(split_heads(h @ w["wk"], head_dim), w["k_norm_weight"], eps)
+        record(f"layers.{layer}.q_norm", q)
+        record(f"layers.{layer}.k_norm", k)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
         v = split_heads(h @ w["wv"], head_dim)
         attn = decode_attention(
             as_stored(q), as_stored(k), as_stored(v), inputs["k_cache"][layer], inputs["v_cache"][layer],

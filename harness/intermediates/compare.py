@@ -150,7 +150,8 @@ def headline(rows: Sequence[Row]) -> str:
                 f"(the store, the cast, the buffer written)")
     where = _where(bad)
     layer = f" in layer {bad.layer}" if bad.layer is not None else ""
-    inside = "; ".join(part for part in (before, where) if part)
+    also = [r.name for r in rows if r.verdict is Verdict.BAD and r is not bad]
+    inside = "; ".join(part for part in (before, where, f"also bad: {_names(also)}" if also else "") if part)
     return f"first bad intermediate {bad.name}{layer}" + (f" ({inside})" if inside else "")
 
 

@@ -24,7 +24,7 @@ from harness.case import Case
 from harness.goldens.cache import IntermediateGoldens
 from harness.intermediates import files
 from harness.intermediates.compare import Measurement, Row, first_bad, headline, measure, verdicts
-from harness.intermediates.spec import Intermediate, LAYER_PARTS, intermediates, shape_of
+from harness.intermediates.spec import Intermediate, LAYER_PARTS, intermediates, shape_of, tolerance_output
 from harness.worker.inputs import CaseInputs
 
 MODES = ("off", "on-failure", "always")
@@ -99,7 +99,7 @@ class Collector:
         if golden is None:
             self.notes.append(f"intermediate {name}: no golden to compare with")
             return
-        tol = self.case.tolerance_for(item.tolerance_of)
+        tol = self.case.tolerance_for(tolerance_output(self.ci.op.name, item))
         with torch.no_grad():
             self.measured[name] = measure(item, tensor.detach(), golden[0], golden[1], atol=tol.atol,
                                           rtol=tol.rtol, max_error_ratio=tol.max_error_ratio, rows=self.row_mask)
