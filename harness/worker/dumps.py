@@ -145,9 +145,18 @@ class Collector:
                 "dumped": len(self.measured), "problems": list(self.problems), "notes": list(self.notes)}
 
 
+def prime_pickling() -> None:
+    """``torch.save`` caches ``__slotnames__`` on ``torch.Tensor`` the first time it pickles one;
+    done here, before the kernel's window, a kernel that saves its dumps is not taken for one
+    that changed torch (harness/worker/hygiene.py)."""
+    import copyreg
+    copyreg._slotnames(torch.Tensor)
+
+
 @contextlib.contextmanager
 def dump_folder() -> Iterator[Path]:
     """A fresh ``$HARNESS_DUMP_DIR`` for one launch, removed (and the variable put back) after."""
+    prime_pickling()
     folder = Path(tempfile.mkdtemp(prefix="harness-dumps-"))
     before = os.environ.get(files.ENV_VAR)
     os.environ[files.ENV_VAR] = str(folder)

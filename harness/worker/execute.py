@@ -120,12 +120,12 @@ def intermediate_findings(found: checks.Findings, collector: dumps.Collector,
         if rerun.outcome.passed:
             data["notes"].append("the rerun with dumps passed: the failure did not repeat (flaky)")
     items = list(found.items)
-    items += [checks.Finding(Outcome.CONTRACT, p) for p in data["problems"]]
-    if data["dumped"] and items:
+    if data["dumped"] and items:      # where inside the kernel the failure the checks found begins
         first = items[0]
         items[0] = checks.Finding(first.outcome, f"{first.message}; {data['headline']}", first.detail)
     elif data["dumped"] and data["first_bad_intermediate"]:
         data["notes"].append(f"outputs pass, but {data['headline']}")
+    items += [checks.Finding(Outcome.CONTRACT, p) for p in data["problems"]]
     items.sort(key=lambda f: CHECK_PRECEDENCE.index(f.outcome))
     outcome = items[0].outcome if items else Outcome.PASS
     return checks.Findings(outcome, tuple(items), {**found.metrics, "intermediates": data})
