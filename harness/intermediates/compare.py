@@ -141,8 +141,8 @@ def headline(rows: Sequence[Row]) -> str:
     if not dumped:
         return "no intermediate dumped"
     bad = first_bad(rows)
-    exact = [r.name for r in dumped if r.verdict is Verdict.BIT_EXACT and (bad is None or rows.index(r) < rows.index(bad))]
-    ok = [r.name for r in dumped if r.verdict is Verdict.OK and (bad is None or rows.index(r) < rows.index(bad))]
+    exact = [r.name for r in dumped if r.verdict is Verdict.BIT_EXACT]
+    ok = [r.name for r in dumped if r.verdict is Verdict.OK]
     before = "; ".join(part for part in (
         f"{_names(exact)} bit-exact" if exact else "", f"{_names(ok)} ok" if ok else "") if part)
     if bad is None:
