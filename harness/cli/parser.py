@@ -223,6 +223,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "(tiny,batch=2); seq_len=N sizes MB, max_pos, N and T for sequences of N tokens")
     p_ops.add_argument("--markdown", action="store_true", help="the Markdown tables of docs/contracts.md")
 
+    p_dumps = sub.add_parser("dumps", parents=[common],
+                             help="compare a folder of intermediates dumped elsewhere with a case's goldens "
+                                  "(docs/intermediates.md)")
+    p_dumps.add_argument("case_id", help="the case whose inputs (from its seed) made the dumps")
+    p_dumps.add_argument("folder", help="one file per intermediate: <name>.pt, <name>.npy or <name>.bin + <name>.json")
+    p_dumps.add_argument("--cases", dest="paths", action="append", default=None, metavar="PATH",
+                         help="case files or folders holding the case (repeatable; default: cases)")
+    p_dumps.add_argument("--golden-cache", default=None, metavar="DIR")
+    p_dumps.add_argument("--no-golden-cache", action="store_true")
+    p_dumps.add_argument("--golden-dtype", choices=("fp32", "fp64"), default="fp32")
+    p_dumps.add_argument("--json", default=None, metavar="FILE", help="write the table of intermediates as JSON")
+
     p_rep = sub.add_parser("report", parents=[common],
                            help="render a stored run, a --json file or merged shards in any format")
     p_rep.add_argument("source", nargs="?", default=None,

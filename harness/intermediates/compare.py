@@ -5,7 +5,8 @@ tolerance of the output it is nearest to, the rounding spread as slack, localise
 head) and adds the precision metrics a model-level precision tool reports for each API's
 output: cosine similarity, max absolute and relative error, and the share of elements whose
 relative error exceeds 1/1000 and 5/1000.  ``bit_exact``: every compared element equals the
-golden rounded to the dump's dtype.
+golden rounded to the dump's dtype (or to a narrower float dtype, for a dump upcast before it was
+written).
 
 ``verdicts`` turns the measurements (keyed by name, in any order, any subset) into one
 ``Verdict`` per intermediate of the op in dataflow order, and ``first_bad`` names the first
@@ -95,10 +96,18 @@ def measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exac
         "bad_ratio": cmp.bad_ratio, "bad_count": cmp.bad_count, "numel": cmp.numel,
         "atol": atol, "rtol": rtol, "max_error_ratio": max_error_ratio,
     }
-    bit_exact = bool(torch.equal(a, e.to(a.dtype))) if a.is_floating_point() else False
+    bit_exact = a.is_floating_point() and any(torch.equal(a, e.to(d).to(a.dtype)) for d in _stored_as(a.dtype))
     note = f"{nonfinite} NaN/Inf" if nonfinite else ""
     return Measurement(item.name, cmp.passed, bit_exact and cmp.passed, str(actual.dtype).removeprefix("torch."),
                        metrics, dict(cmp.localisation), note)
+
+
+def _stored_as(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    """The dtypes a dump of ``dtype`` may hold values of: its own, or a narrower one upcast before dumping
+    (a bf16 row written out as fp32 is still bit-exact when it is the golden rounded to bf16)."""
+    narrower = (torch.bfloat16, torch.float16, torch.float32)
+    size = torch.empty((), dtype=dtype).element_size()
+    return (dtype, *(d for d in narrower if d != dtype and torch.empty((), dtype=d).element_size() < size))
 
 
 def _cosine(a: torch.Tensor, e: torch.Tensor) -> float:
