@@ -1,7 +1,7 @@
 """The ``HARNESS_DUMP_DIR`` formats: one file per intermediate, read one at a time.
 
 - ``<name>.pt``: a tensor saved with ``torch.save`` (read with ``weights_only=True``);
-- ``<name>.npy``: a NumPy array (``numpy.save``; no pickles);
+- ``<name>.npy``: a NumPy array (``numpy.save``; no pickles; NumPy has no bf16: save bf16 as fp32);
 - ``<name>.bin`` + ``<name>.json``: raw little-endian bytes, row-major, and a manifest
   ``{"dtype": "bfloat16" | "float16" | "float32" | "float64", "shape": [...]}``.
 
@@ -118,7 +118,7 @@ def write(folder: Path, name: str, tensor: torch.Tensor, fmt: str = ".pt") -> Pa
         torch.save(t, folder / f"{name}.pt")
     elif fmt == ".npy":
         import numpy
-        numpy.save(folder / f"{name}.npy", t.numpy())
+        numpy.save(folder / f"{name}.npy", (t.float() if t.dtype == torch.bfloat16 else t).numpy())  # numpy has no bf16
     elif fmt == ".bin":
         (folder / f"{name}.json").write_text(json.dumps({"dtype": str(t.dtype).removeprefix("torch."),
                                                          "shape": list(t.shape)}))
