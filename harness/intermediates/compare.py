@@ -165,7 +165,7 @@ def headline(rows: Sequence[Row]) -> str:
 
 
 def _names(names: list[str]) -> str:
-    return ", ".join(names) if len(names) <= 4 else ", ".join(names[:3]) + f" and {len(names) - 3} more"
+    return ", ".join(names) if len(names) <= 6 else ", ".join(names[:5]) + f" and {len(names) - 5} more"
 
 
 def _where(row: Row) -> str:
