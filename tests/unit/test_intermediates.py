@@ -360,3 +360,11 @@ def test_the_collector_keeps_no_dumped_tensor():
     del t
     gc.collect()
     assert alive() is None and collector.measured["layers.0.hidden"].passed
+
+
+@pytest.mark.parametrize("kernel", ["torch-sdpa", "torch-flex"])
+def test_adapted_kernels_dump_their_intermediates_as_files(run, kernel):
+    reply = run(case(kernel), "always")
+    assert reply.outcome is Outcome.PASS, reply.summary
+    got = verdict_of(reply)
+    assert set(got.values()) <= {"ok", "bit-exact"} and len(got) == 6, got
