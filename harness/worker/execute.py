@@ -120,7 +120,11 @@ def intermediate_findings(found: checks.Findings, collector: dumps.Collector,
         if rerun.outcome.passed:
             data["notes"].append("the rerun with dumps passed: the failure did not repeat (flaky)")
     items = list(found.items)
-    if data["dumped"] and items:      # where inside the kernel the failure the checks found begins
+    if rerun is not None and rerun.outcome.passed and items:     # its dumps describe a launch that passed
+        first = items[0]
+        items[0] = checks.Finding(first.outcome, f"{first.message}; the rerun with dumps passed (flaky)",
+                                  first.detail)
+    elif data["dumped"] and items:      # where inside the kernel the failure the checks found begins
         first = items[0]
         items[0] = checks.Finding(first.outcome, f"{first.message}; {data['headline']}", first.detail)
     elif data["dumped"] and data["first_bad_intermediate"]:

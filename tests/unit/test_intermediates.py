@@ -368,3 +368,11 @@ def test_adapted_kernels_dump_their_intermediates_as_files(run, kernel):
     assert reply.outcome is Outcome.PASS, reply.summary
     got = verdict_of(reply)
     assert set(got.values()) <= {"ok", "bit-exact"} and len(got) == 6, got
+
+
+def test_a_rerun_that_passes_says_the_failure_did_not_repeat(run):
+    reply = run(case("outside.dumping:flaky_first_call"), "on-failure")
+    found = reply.metrics["intermediates"]
+    assert reply.outcome is Outcome.MISMATCH and found["rerun"]["outcome"] == "PASS"
+    assert "the rerun with dumps passed: the failure did not repeat (flaky)" in found["notes"]
+    assert reply.summary.endswith("; the rerun with dumps passed (flaky)")

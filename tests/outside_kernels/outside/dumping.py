@@ -222,3 +222,17 @@ def _layers_kernel(bad_layer):
 
 decode_layers = _layers_kernel(None)
 bug_layer1_attn = _layers_kernel(1)
+
+
+# -- a failure that does not repeat ---------------------------------------------------------------
+
+_calls = {"n": 0}
+
+
+def flaky_first_call(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rope_cos, rope_sin,
+                     positions, slot_mapping, block_table, seq_lens, scale, eps, k_cache, v_cache, out, query,
+                     dump=None):
+    """Right, except that every other launch (the first, third, ...) stores ``out`` with its heads reversed."""
+    _calls["n"] += 1
+    args = {k: v for k, v in locals().items() if k != "dump"}
+    _fused("store" if _calls["n"] % 2 else None, **args, dump=dump or _ignore)
