@@ -81,6 +81,35 @@ def _percent(x: Any) -> str:
     return f"{100 * x:.1f}%" if isinstance(x, (int, float)) else "-"
 
 
+def head_map(found: Mapping[str, Any], limit: int = 64) -> dict[str, Any] | None:
+    """The bad-element ratio per intermediate (down) and query head (across), as a ratio map the
+    HTML figures draw (``harness/reports/heatmap.py``), or None when no dumped intermediate is bad
+    or none is localised per head.  A KV head's ratio is drawn under each query head that reads it
+    (query head ``h`` reads KV head ``h // (Hq / Hkv)``)."""
+    rows = [r for r in found.get("rows", ()) if isinstance(r, Mapping) and r.get("verdict") != "missing"]
+    per_head = []
+    for r in rows:
+        loc = (r.get("metrics") or {}).get("localisation") or {}
+        ratios = loc.get("head") or loc.get("kv_head")
+        if isinstance(ratios, list) and ratios:
+            per_head.append((str(r.get("name")), "head" in loc, [x if isinstance(x, (int, float)) else math.nan
+                                                                  for x in ratios]))
+    heads = max((len(x) for _, is_q, x in per_head if is_q), default=0)
+    if not heads or not any(r.get("verdict") in ("bad", "inherited") for r in rows):
+        return None
+    grid, names = [], []
+    for name, is_q, ratios in per_head[:limit]:
+        if not is_q:
+            group = max(1, heads // len(ratios))
+            ratios = [ratios[min(h // group, len(ratios) - 1)] for h in range(heads)]
+        if len(ratios) != heads:
+            continue
+        grid.append([None if math.isnan(x) else x for x in ratios])
+        names.append(name)
+    return {"ratio": grid, "axes": ["intermediate", "head"], "size": [len(grid), heads], "block": [1, 1],
+            "shape": [len(grid), heads], "names": names}
+
+
 def text(found: Mapping[str, Any], limit: int = LIMIT) -> str:
     """The table as aligned plain text (JUnit, the terminal), its headline first."""
     body, note = rows(found, limit)

@@ -215,11 +215,22 @@ def _figures(r, renderer) -> list[str]:
     return parts
 
 
-def _intermediates(out: list[str], metrics) -> None:
-    """The table of intermediates (docs/intermediates.md), each row coloured by its verdict."""
+def _intermediates(out: list[str], metrics, renderer=None) -> None:
+    """The table of intermediates (docs/intermediates.md), each row coloured by its verdict, and
+    (with a ``renderer``) the intermediate x head map of bad-element ratios beside the outputs'."""
     dumped = intermediates_table.data(metrics)
     if not dumped:
         return
+    grid = intermediates_table.head_map(dumped)
+    if renderer is not None and grid is not None:
+        from harness.reports.heatmap import panels_for
+        panels = panels_for("intermediates", {"map": grid})
+        if panels is not None:
+            caption = (f"intermediates: bad-element ratio per intermediate x query head (intermediates "
+                       f"{', '.join(grid['names'])} down, heads 0..{grid['size'][1] - 1} across; a KV head's "
+                       f"ratio is drawn under each query head that reads it)")
+            out.append(f"<figure>{_svg(renderer.draw(panels), 'intermediates by head')}"
+                       f"<figcaption>{_e(caption)}</figcaption></figure>")
     body, note = intermediates_table.rows(dumped)
     head = "".join(f"<th>{_e(h)}</th>" for h in intermediates_table.HEADER)
     trs = "".join(f'<tr class="verdict-{_token(row[1])}">' + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
@@ -249,7 +260,7 @@ def _case(out: list[str], g: FailureGroup, anchor: str, detailed: bool, renderer
     if r.report:
         text = _cap(clean_text(r.report), REPORT_CHARS if detailed else SHORT_REPORT_CHARS)
         out.append(f"<details open><summary>report</summary><pre>{html.escape(text)}</pre></details>")
-    _intermediates(out, r.metrics)
+    _intermediates(out, r.metrics, renderer if detailed else None)
     if detailed:
         tail = log_tail(g.log, LOG_LINES, LOG_BYTES)
         if tail:

@@ -24,10 +24,19 @@ def _metrics(op: str = "fused_rope_decode_attention", layers: int = 0, bad: str 
                                        {"cosine": 1.0 if ok else 0.78, "max_abs": 0.0 if ok else 3.5, "max_rel": 0.01,
                                         "over_0.001": 0.6, "over_0.005": 0.0 if ok else 0.8,
                                         "bad_ratio": 0.0 if ok else 0.55},
-                                       {} if ok else {"row": (1.0, 1.0), "kv_head": (0.0, 1.0)})
+                                       _loc(i, ok))
     rows = verdicts(items, measured)
     return {"intermediates": {"first_bad_intermediate": first_bad(rows).name, "headline": headline(rows),
                               "rows": [r.to_json() for r in rows], "problems": [], "notes": []}}
+
+
+def _loc(item, ok: bool) -> dict:
+    """Per-head localisation of a 4-query-head, 2-KV-head case: a bad one is bad in KV head 1."""
+    if item.axes[1] == "kv_head":
+        return {"row": (0.0, 0.0), "kv_head": (0.0, 0.0)} if ok else {"row": (1.0, 1.0), "kv_head": (0.0, 1.0)}
+    if item.axes[1] == "head":
+        return {"row": (0.0, 0.0), "head": (0.0,) * 4}
+    return {"row": (0.0, 0.0)}
 
 
 def _doc(metrics: dict) -> dict:
@@ -59,3 +68,21 @@ def test_a_long_table_keeps_the_bad_layer_and_counts_the_rest():
     assert "layers.0.q_norm" not in names
     assert note.startswith(f"{len(found['rows']) - len(shown)} more not shown: ")
     assert "layers.6.attn" in table.text(found)
+
+
+def test_html_draws_the_intermediate_by_head_map():
+    found = _metrics(bad="k_rope")["intermediates"]
+    grid = table.head_map(found)
+    # k_rope's KV head 1 (bad) is read by query heads 2 and 3 (4 query heads over 2 KV heads)
+    k_rope = grid["ratio"][grid["names"].index("k_rope")]
+    assert grid["size"] == [6, 4] and k_rope == [0.0, 0.0, 1.0, 1.0]
+    assert grid["names"] == ["q_norm", "k_norm", "q_rope", "k_rope", "v", "attn"]
+    html = render_html(_doc(_metrics()))
+    assert "intermediates: bad-element ratio per intermediate x query head" in html
+
+
+def test_no_map_when_nothing_is_bad():
+    found = _metrics(bad="k_rope")["intermediates"]
+    for r in found["rows"]:
+        r["verdict"] = "ok"
+    assert table.head_map(found) is None
