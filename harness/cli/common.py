@@ -122,9 +122,10 @@ def engine_options(args, devices: list[Device], *, kernel_paths=None, golden_dty
 
 def intermediates_mode(args) -> str:
     """--intermediates as given, else the command's default: off for a flake hunt (it counts launches, and
-    a rerun of each failing iteration would double its time), on-failure for every other command."""
+    a rerun of each failing iteration would double its time) and for an audit (its mutants are meant to
+    fail: each would run twice), on-failure for every other command."""
     given = getattr(args, "intermediates", None)
-    return given or ("off" if getattr(args, "command", "") == "flake" else "on-failure")
+    return given or ("off" if getattr(args, "command", "") in ("flake", "audit") else "on-failure")
 
 
 @contextlib.contextmanager

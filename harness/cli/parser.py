@@ -52,7 +52,7 @@ def _add_intermediates(p: argparse.ArgumentParser) -> None:
     """--intermediates (docs/intermediates.md); a flake hunt's default is off (set per command)."""
     p.add_argument("--intermediates", choices=("off", "on-failure", "always"), default=None,
                    help="compare the intermediates a kernel dumps with the goldens' (docs/intermediates.md): "
-                        "on-failure (default; flake: off) launches a failing case once more with dump, always "
+                        "on-failure (default; flake, audit: off) launches a failing case once more with dump, always "
                         "dumps on every case")
 
 
