@@ -187,6 +187,12 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         # on the kernel's device: only what the report prints comes to the host
         found = hygiene.with_findings(_stage(Stage.CHECK, checks.run_checks, case, ci, goldens, launched),
                                       watch.disturbed)
+        bits = None
+        if baseline:
+            bits = _stage(Stage.DETERMINISM, determinism.diff_against_baseline,
+                          baselines or determinism.Baselines(), baseline,
+                          ci.op, launched.outputs, launched.caches, repeat, found.outcome.passed)
+        # after the bitwise comparison: the rerun overwrites the buffers the first launch left
         if collector is None and intermediates == "on-failure" and not found.outcome.passed:
             collector, rerun = _stage(Stage.CHECK, _rerun_with_dumps, case, ci, goldens, launched, kernel,
                                       torch_device, lambda: backend.synchronize(device),
@@ -195,11 +201,6 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
             rerun = None
         if collector is not None:
             found = intermediate_findings(found, collector, rerun)
-        bits = None
-        if baseline:
-            bits = _stage(Stage.DETERMINISM, determinism.diff_against_baseline,
-                          baselines or determinism.Baselines(), baseline,
-                          ci.op, launched.outputs, launched.caches, repeat, found.outcome.passed)
         t4 = time.perf_counter()
     except StageError as tagged:
         exc = tagged.exc
