@@ -29,7 +29,7 @@ class GoldenInputError(ValueError):
 Record = Callable[[str, torch.Tensor], None]
 
 
-def _ignore(name: str, tensor: torch.Tensor) -> None:
+def no_record(name: str, tensor: torch.Tensor) -> None:
     return None
 
 
@@ -93,7 +93,7 @@ def rope_kv_rows(inputs: Mapping[str, Any], dtype: torch.dtype, record: Record |
     ``x = proj * inv_rms`` for q, k and v; QK-norm and RoPE on q and k only.  ``record`` is
     given the intermediates ``q_norm``, ``k_norm``, ``q_rope``, ``k_rope`` and ``v`` on the way.
     """
-    record = record or _ignore
+    record = record or no_record
     head_dim = inputs["q_norm_weight"].shape[0]
     inv_rms = inputs["inv_rms"].to(dtype)
     q, k, v = (split_heads(inputs[name].to(dtype) * inv_rms, head_dim)

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from harness.goldens.common import (
-    GoldenInputError, Record, _ignore, decode_attention, qk_norm, rms_norm, rope, rope_rows, split_heads,
+    GoldenInputError, Record, no_record, decode_attention, qk_norm, rms_norm, rope, rope_rows, split_heads,
     stored_if,
 )
 
@@ -59,7 +59,7 @@ ROUNDING_CHANGES = ("logits", "next_hidden", "k_cache", "v_cache")
 def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True,
             record: Record | None = None) -> dict[str, torch.Tensor]:
     as_stored = stored_if(rounding)
-    record = record or _ignore
+    record = record or no_record
     num_layers = int(inputs["num_layers"])
     cache_layers = inputs["k_cache"].shape[0]
     if not 1 <= num_layers <= cache_layers:
