@@ -94,7 +94,7 @@ def measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exac
     all_finite = nonfinite == 0 and bool(finite.all())
     fa, fe, fd, fr = (af, ef, diff, rel) if all_finite else (af[finite], ef[finite], diff[finite], rel[finite])
     metrics: dict[str, Any] = {
-        "cosine": _cosine(fa.double(), fe.double()),
+        "cosine": _cosine(fa, fe),
         "max_abs": float(fd.max()) if fd.numel() else math.nan,
         "max_rel": float(fr.max()) if fr.numel() else math.nan,
         **{f"over_{t:g}": float(((rel > t) | ~finite).sum()) / n for t in THRESHOLDS},

@@ -9,12 +9,12 @@ same checks.  Nothing a kernel dumps can raise into the kernel: a bad dump is a 
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
-import inspect
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +28,6 @@ from harness.intermediates.spec import Intermediate, LAYER_PARTS, intermediates,
 from harness.worker.inputs import CaseInputs
 
 MODES = ("off", "on-failure", "always")
-
-
-def accepts_dump(kernel: Callable[..., Any]) -> bool:
-    """True when ``kernel`` declares a parameter named ``dump`` (``**kwargs`` alone does not count)."""
-    try:
-        params = inspect.signature(kernel).parameters
-    except (TypeError, ValueError):
-        return False
-    p = params.get("dump")
-    return p is not None and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
 
 
 def case_intermediates(ci: CaseInputs) -> tuple[Intermediate, ...]:
@@ -153,11 +143,28 @@ def prime_pickling() -> None:
     copyreg._slotnames(torch.Tensor)
 
 
+_FOLDER: list[Path] = []      # this process's dump folder, made on first use, removed at exit
+
+
+def _emptied(folder: Path) -> Path:
+    for entry in os.scandir(folder):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            os.unlink(entry.path)
+    return folder
+
+
 @contextlib.contextmanager
 def dump_folder() -> Iterator[Path]:
-    """A fresh ``$HARNESS_DUMP_DIR`` for one launch, removed (and the variable put back) after."""
+    """An empty ``$HARNESS_DUMP_DIR`` for one launch (the variable put back after).  One folder per
+    process, emptied before and after each launch: making and removing a directory per case cost
+    more than the dumps' comparison on a busy file system (bench/bench_intermediates.py)."""
     prime_pickling()
-    folder = Path(tempfile.mkdtemp(prefix="harness-dumps-"))
+    if not _FOLDER or not _FOLDER[0].is_dir():
+        _FOLDER[:] = [Path(tempfile.mkdtemp(prefix="harness-dumps-"))]
+        atexit.register(shutil.rmtree, _FOLDER[0], True)
+    folder = _emptied(_FOLDER[0])
     before = os.environ.get(files.ENV_VAR)
     os.environ[files.ENV_VAR] = str(folder)
     try:
@@ -167,4 +174,7 @@ def dump_folder() -> Iterator[Path]:
             os.environ.pop(files.ENV_VAR, None)
         else:
             os.environ[files.ENV_VAR] = before
-        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            _emptied(folder)
+        except OSError:           # a kernel that removed or locked it: a fresh one next time
+            _FOLDER.clear()
