@@ -262,9 +262,10 @@ class IntermediateGoldens:
     def from_file(cls, path: Path, key: str) -> "IntermediateGoldens":
         made = cls({}, path, key)
         try:
-            with safe_open(str(path), framework="pt") as f:
-                metadata = f.metadata() or {}
-                made._names = set(f.keys())
+            # kept open while the case runs: one open per launch, not one per intermediate
+            made._file = f = safe_open(str(path), framework="pt")
+            metadata = f.metadata() or {}
+            made._names = set(f.keys())
         except (OSError, SafetensorError) as exc:
             made.problem, made._names = f"{path}: {type(exc).__name__}: {exc}", set()
             return made
@@ -281,8 +282,7 @@ class IntermediateGoldens:
             return self._tensors.get(name)
         if name not in self._names:
             return None
-        with safe_open(str(self.path), framework="pt") as f:
-            t = f.get_tensor(name)
+        t = self._file.get_tensor(name)
         if self._metadata.get(_DIGEST_PREFIX + name) != _digest({name: t}):
             raise GoldenStoreError(f"golden cache: {self.path}: intermediate {name} does not match its digest")
         return t
