@@ -74,24 +74,40 @@ def golden_names(op: str) -> tuple[str, ...]:
 
 
 def compute(op: str, inputs: Mapping[str, Any], dtype: torch.dtype = torch.float32, *,
-            exact: bool = False) -> dict[str, torch.Tensor]:
+            exact: bool = False, intermediates: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """The golden values of ``op`` for ``inputs`` (``CaseInputs.args``), computed in ``dtype``.
 
     ``exact``: also the ``exact_names(op)``, computed with no rounding of q/k/v before attention.
+    ``intermediates``: a dict that receives the op's named intermediates (docs/intermediates.md),
+    recorded by the very computation that makes the outputs, as CPU tensors in ``dtype``; with
+    ``exact``, also ``<name>@exact`` from the unrounded computation where it differs.
     """
     module = importlib.import_module(_MODULES[_known(op)])
     if dtype not in GOLDEN_DTYPES:
         raise GoldenInputError(f"golden dtype must be one of {GOLDEN_DTYPES}, not {dtype}")
     device = _check_inputs(op, inputs)
+    inputs_storage = {t.untyped_storage().data_ptr() for t in inputs.values() if isinstance(t, torch.Tensor)}
+    rounded: dict[str, torch.Tensor] = {}
+    unrounded: dict[str, torch.Tensor] = {}
+
+    def recorder(into: dict[str, torch.Tensor]):
+        return None if intermediates is None else (
+            lambda name, t: into.__setitem__(name, _detached(t, dtype, inputs_storage, copy=True)))
+
     with torch.no_grad(), torch.device(device):     # the goldens' own tensors (arange, empty) beside the inputs
-        result = module.compute(inputs, dtype)
+        extra = {} if intermediates is None else {"record": recorder(rounded)}
+        result = module.compute(inputs, dtype, **extra)
         if exact and exact_names(op):
-            unrounded = module.compute(inputs, dtype, rounding=False)
-            result.update({name + EXACT_SUFFIX: unrounded[name] for name in module.ROUNDING_CHANGES})
+            extra = {} if intermediates is None else {"record": recorder(unrounded)}
+            unrounded_out = module.compute(inputs, dtype, rounding=False, **extra)
+            result.update({name + EXACT_SUFFIX: unrounded_out[name] for name in module.ROUNDING_CHANGES})
+    if intermediates is not None:
+        intermediates.update(rounded)
+        intermediates.update({name + EXACT_SUFFIX: t for name, t in unrounded.items()
+                              if name in rounded and not torch.equal(t, rounded[name])})
     names = golden_names(op) if exact else output_names(op)
     if set(result) != set(names):   # a bug in the golden, not in the inputs
         raise AssertionError(f"golden {op} returned {sorted(result)}, expected {sorted(names)}")
-    inputs_storage = {t.untyped_storage().data_ptr() for t in inputs.values() if isinstance(t, torch.Tensor)}
     return {name: _detached(result[name], dtype, inputs_storage) for name in names}
 
 
@@ -132,9 +148,10 @@ def _check_inputs(op: str, inputs: Mapping[str, Any]) -> torch.device:
     return next(iter(devices), torch.device("cpu"))
 
 
-def _detached(t: torch.Tensor, dtype: torch.dtype, inputs_storage: set[int]) -> torch.Tensor:
-    """A CPU tensor in dtype that shares no memory with any input (callers may write to it)."""
+def _detached(t: torch.Tensor, dtype: torch.dtype, inputs_storage: set[int], copy: bool = False) -> torch.Tensor:
+    """A CPU tensor in dtype that shares no memory with any input (callers may write to it);
+    ``copy``: nor with ``t`` (a recorded intermediate the golden goes on to change in place)."""
     t = t.detach().to("cpu", dtype)
-    if t.untyped_storage().data_ptr() in inputs_storage:
+    if copy or t.untyped_storage().data_ptr() in inputs_storage:
         t = t.clone()
     return t

@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 
 MEMORY_ENTRIES = 4
 _SUFFIX = ".safetensors"
+_INTERMEDIATES_SUFFIX = ".intermediates.safetensors"
+_DIGEST_PREFIX = "digest:"
 
 
 class GoldenCache:
@@ -65,6 +67,7 @@ class GoldenCache:
         self.unreadable = 0      # files found but not usable (corrupt, wrong content): recomputed
         self.write_errors = 0    # results that could not be stored
         self._checked: dict[str, tuple[int, int, int]] = {}   # key -> (inode, size, mtime_ns) of a file read whole
+        self.last_intermediates: dict[str, torch.Tensor] = {}   # what the last get_or_compute recorded
 
     @property
     def enabled(self) -> bool:
@@ -86,9 +89,11 @@ class GoldenCache:
     def get_or_compute(self, op: str, spec: Mapping[str, Any], inputs: Mapping[str, Any],
                        dtype: torch.dtype = torch.float32) -> tuple[dict[str, torch.Tensor], bool]:
         """``(goldens, hit)``: the cached goldens of this case, or freshly computed and stored."""
+        self.last_intermediates = {}
         if not self.enabled:
             self.computed += 1
-            return goldens.compute(op, inputs, dtype, exact=True), False
+            self.last_intermediates = {}
+            return goldens.compute(op, inputs, dtype, exact=True, intermediates=self.last_intermediates), False
         key = self.key(op, spec, dtype)
         cached = self._from_memory(key)
         if cached is not None:
@@ -96,13 +101,15 @@ class GoldenCache:
             self.memory_hits += 1
             return _copy(cached), True
         cached = self._from_disk(op, key, dtype)
-        if cached is not None:
+        if cached is not None and self._intermediates_ok(op, key):
             self.hits += 1
             self._remember(key, cached)
             return _copy(cached), True
-        result = goldens.compute(op, inputs, dtype, exact=True)
+        self.last_intermediates = {}
+        result = goldens.compute(op, inputs, dtype, exact=True, intermediates=self.last_intermediates)
         self.computed += 1
-        self._store(op, key, dtype, result)
+        if self._store(op, key, dtype, result):
+            self._store_intermediates(op, key, dtype, self.last_intermediates)
         self._remember(key, _copy(result))
         return result, False
 
@@ -118,13 +125,15 @@ class GoldenCache:
         if seen is not None and seen == _identity(path):    # read whole once; unchanged since
             self.hits += 1
             return path, key, True
-        if self._from_disk(op, key, dtype) is not None:
+        if self._from_disk(op, key, dtype) is not None and self._intermediates_ok(op, key):
             self.hits += 1
             self._checked[key] = _identity(path)
             return path, key, True
-        result = goldens.compute(op, make_inputs(), dtype, exact=True)
+        recorded: dict[str, torch.Tensor] = {}
+        result = goldens.compute(op, make_inputs(), dtype, exact=True, intermediates=recorded)
         self.computed += 1
-        if not self._store(op, key, dtype, result):
+        # the intermediates first: a reader that finds the outputs' file finds its sibling too
+        if not (self._store_intermediates(op, key, dtype, recorded) and self._store(op, key, dtype, result)):
             raise GoldenStoreError(f"golden cache: could not write {path} (see the log above)")
         self._checked[key] = _identity(path)
         return path, key, False
@@ -141,6 +150,47 @@ class GoldenCache:
                 raise GoldenStoreError(f"golden cache: {path} does not hold the goldens of this case ({op}, key {key})")
             self._remember(key, cached)
         return _copy(cached)
+
+    # -- intermediates (docs/intermediates.md) ----------------------------------------------
+    # Recorded by the same ``goldens.compute`` call as the outputs, kept beside their file under
+    # the same key (``<key>.intermediates.safetensors``), each tensor with its own digest so a
+    # reader takes one at a time (a 40-layer case's are never all in memory at once).
+
+    def intermediates_path(self, op: str, key: str) -> Path:
+        return self.path(op, key).with_name(key + _INTERMEDIATES_SUFFIX)
+
+    def intermediates(self, op: str, spec: Mapping[str, Any], path: Path | str | None,
+                      dtype: torch.dtype = torch.float32, device: str = "cpu") -> "IntermediateGoldens":
+        """The golden intermediates of this case: beside ``path`` (``ensure``'s file, read one at a
+        time), or with ``path`` None those the last ``get_or_compute`` computed or found."""
+        key = self.key(op, spec, dtype, device)
+        if path is None:
+            if self.enabled and not self.last_intermediates:
+                return IntermediateGoldens.from_file(self.intermediates_path(op, key), key)
+            return IntermediateGoldens(dict(self.last_intermediates))
+        return IntermediateGoldens.from_file(Path(path).with_name(key + _INTERMEDIATES_SUFFIX), key)
+
+    def _intermediates_ok(self, op: str, key: str) -> bool:
+        try:
+            with safe_open(str(self.intermediates_path(op, key)), framework="pt") as f:
+                return (f.metadata() or {}).get("key") == key
+        except (OSError, SafetensorError):
+            return False
+
+    def _store_intermediates(self, op: str, key: str, dtype: torch.dtype,
+                             recorded: Mapping[str, torch.Tensor]) -> bool:
+        path = self.intermediates_path(op, key)
+        tensors = {name: t.detach().contiguous() for name, t in recorded.items()}
+        metadata = {"op": op, "key": key, "dtype": _dtype_name(dtype),
+                    **{_DIGEST_PREFIX + name: _digest({name: t}) for name, t in tensors.items()}}
+        try:
+            with atomic_path(path) as tmp:
+                save_file(tensors, str(tmp), metadata=metadata)
+        except (OSError, SafetensorError) as exc:
+            self.write_errors += 1
+            log.warning("golden cache: could not store %s (%s)", path, exc)
+            return False
+        return True
 
     # -- memory ----------------------------------------------------------------------------
     def _from_memory(self, key: str) -> dict[str, torch.Tensor] | None:
@@ -196,6 +246,52 @@ class GoldenCache:
             log.warning("golden cache: could not store %s (%s)", path, exc)
             return False
         return True
+
+
+class IntermediateGoldens:
+    """A case's golden intermediates by name: ``get(name)`` is the golden and, where the rounding
+    of q/k/v before attention changes it, its ``@exact`` twin (else None); None when the name
+    has no golden.  From a file, each tensor is read (and its digest checked) when asked for."""
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor], path: Path | None = None, key: str = ""):
+        self._tensors = dict(tensors)
+        self.path, self._key = path, key
+        self.problem = ""          # why the file could not be used ("" when it could)
+
+    @classmethod
+    def from_file(cls, path: Path, key: str) -> "IntermediateGoldens":
+        made = cls({}, path, key)
+        try:
+            # kept open while the case runs: one open per launch, not one per intermediate
+            made._file = f = safe_open(str(path), framework="pt")
+            metadata = f.metadata() or {}
+            made._names = set(f.keys())
+        except (OSError, SafetensorError) as exc:
+            made.problem, made._names = f"{path}: {type(exc).__name__}: {exc}", set()
+            return made
+        if metadata.get("key") != key:
+            made.problem, made._names = f"{path} does not hold this case's golden intermediates", set()
+        made._metadata = metadata
+        return made
+
+    def names(self) -> set[str]:
+        return set(self._tensors) if self.path is None else set(self._names)
+
+    def _read(self, name: str) -> torch.Tensor | None:
+        if self.path is None:
+            return self._tensors.get(name)
+        if name not in self._names:
+            return None
+        t = self._file.get_tensor(name)
+        if self._metadata.get(_DIGEST_PREFIX + name) != _digest({name: t}):
+            raise GoldenStoreError(f"golden cache: {self.path}: intermediate {name} does not match its digest")
+        return t
+
+    def get(self, name: str) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        golden = self._read(name)
+        if golden is None:
+            return None
+        return golden, self._read(name + goldens.EXACT_SUFFIX)
 
 
 class GoldenStoreError(RuntimeError):

@@ -11,7 +11,7 @@ Shapes: ``rows`` is a batch row (decode) or a packed token (prefill); a
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -23,6 +23,15 @@ QUERY_BLOCK = 256
 
 class GoldenInputError(ValueError):
     """The inputs break the op contract (not a bug in the golden)."""
+
+
+# ``record(name, tensor)``: a golden hands each named intermediate (docs/intermediates.md) to it
+# as it computes it; the golden's result does not depend on it.
+Record = Callable[[str, torch.Tensor], None]
+
+
+def no_record(name: str, tensor: torch.Tensor) -> None:
+    return None
 
 
 # -- elementwise pieces ---------------------------------------------------------------
@@ -68,25 +77,39 @@ def rope_rows(inputs: Mapping[str, Any], dtype: torch.dtype) -> tuple[torch.Tens
     return inputs["rope_cos"][positions].to(dtype), inputs["rope_sin"][positions].to(dtype)
 
 
+def qk_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Per-head QK-norm: ``rms_norm(x) * weight`` over D (the ``q_norm``/``k_norm`` intermediates)."""
+    return rms_norm(x, eps) * weight
+
+
 def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                  eps: float) -> torch.Tensor:
     """Per-head QK-norm (``rms_norm(x) * weight`` over D), then NeoX RoPE."""
-    return rope(rms_norm(x, eps) * weight, cos, sin)
+    return rope(qk_norm(x, weight, eps), cos, sin)
 
 
-def rope_kv_rows(inputs: Mapping[str, Any], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def rope_kv_rows(inputs: Mapping[str, Any], dtype: torch.dtype, record: Record | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q ``[rows, Hq, D]``, k and v ``[rows, Hkv, D]`` of the rope_kv_write prologue, exact in dtype.
 
-    ``x = proj * inv_rms`` for q, k and v; QK-norm and RoPE on q and k only.
+    ``x = proj * inv_rms`` for q, k and v; QK-norm and RoPE on q and k only.  ``record`` is
+    given the intermediates ``q_norm``, ``k_norm``, ``q_rope``, ``k_rope`` and ``v`` on the way.
     """
+    record = record or no_record
     head_dim = inputs["q_norm_weight"].shape[0]
     inv_rms = inputs["inv_rms"].to(dtype)
     q, k, v = (split_heads(inputs[name].to(dtype) * inv_rms, head_dim)
                for name in ("q_proj", "k_proj", "v_proj"))
     cos, sin = rope_rows(inputs, dtype)
     eps = float(inputs["eps"])
-    q = qk_norm_rope(q, inputs["q_norm_weight"].to(dtype), cos, sin, eps)
-    k = qk_norm_rope(k, inputs["k_norm_weight"].to(dtype), cos, sin, eps)
+    q = qk_norm(q, inputs["q_norm_weight"].to(dtype), eps)
+    k = qk_norm(k, inputs["k_norm_weight"].to(dtype), eps)
+    record("q_norm", q)
+    record("k_norm", k)
+    q, k = rope(q, cos, sin), rope(k, cos, sin)
+    record("q_rope", q)
+    record("k_rope", k)
+    record("v", v)
     return q, k, v
 
 

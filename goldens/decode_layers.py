@@ -25,6 +25,9 @@ Every row is computed; the checker ignores rows whose slot is < 0.
 ``next_hidden`` is the exact residual (the checker compares it with the
 kernel's bf16).
 
+Intermediates (``record``): per layer ``l`` ``layers.{l}.q_norm``, ``.k_norm``, ``.q_rope``, ``.k_rope``, ``.v``, ``.attn``
+and ``.hidden`` (the residual after the layer), then ``final_norm``.
+
 Returns ``logits [B, V]``, ``next_hidden [B, H]`` and the k/v rows each layer
 would write, ``k_cache``/``v_cache`` ``[num_layers, B, Hkv, D]``, exact.
 
@@ -40,7 +43,8 @@ from typing import Any
 import torch
 
 from harness.goldens.common import (
-    GoldenInputError, decode_attention, qk_norm_rope, rms_norm, rope_rows, split_heads, stored_if,
+    GoldenInputError, Record, no_record, decode_attention, qk_norm, rms_norm, rope, rope_rows, split_heads,
+    stored_if,
 )
 
 LAYER_WEIGHTS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
@@ -52,8 +56,10 @@ LM_HEAD_ROWS = 16384
 ROUNDING_CHANGES = ("logits", "next_hidden", "k_cache", "v_cache")
 
 
-def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True) -> dict[str, torch.Tensor]:
+def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True,
+            record: Record | None = None) -> dict[str, torch.Tensor]:
     as_stored = stored_if(rounding, inputs["k_cache"].dtype)
+    record = record or no_record
     num_layers = int(inputs["num_layers"])
     cache_layers = inputs["k_cache"].shape[0]
     if not 1 <= num_layers <= cache_layers:
@@ -67,8 +73,11 @@ def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True
     k_rows, v_rows = [], []
     for layer in range(num_layers):
         h = rms_norm(r, eps) * w["input_rms_weight"]
-        q = qk_norm_rope(split_heads(h @ w["wq"], head_dim), w["q_norm_weight"], cos, sin, eps)
-        k = qk_norm_rope(split_heads(h @ w["wk"], head_dim), w["k_norm_weight"], cos, sin, eps)
+        q = qk_norm(split_heads(h @ w["wq"], head_dim), w["q_norm_weight"], eps)
+        k = qk_norm(split_heads(h @ w["wk"], head_dim), w["k_norm_weight"], eps)
+        record(f"layers.{layer}.q_norm", q)
+        record(f"layers.{layer}.k_norm", k)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
         v = split_heads(h @ w["wv"], head_dim)
         attn = decode_attention(
             as_stored(q), as_stored(k), as_stored(v), inputs["k_cache"][layer], inputs["v_cache"][layer],
@@ -79,8 +88,12 @@ def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True
         r = r + (torch.nn.functional.silu(h @ w["w_gate"]) * (h @ w["w_up"])) @ w["w_down"]
         k_rows.append(k)
         v_rows.append(v)
+        for part, t in (("q_rope", q), ("k_rope", k), ("v", v), ("attn", attn), ("hidden", r)):
+            record(f"layers.{layer}.{part}", t)
 
-    logits = _lm_head(rms_norm(r, eps) * w["final_norm_weight"], inputs["lm_head"], dtype)
+    final = rms_norm(r, eps) * w["final_norm_weight"]
+    record("final_norm", final)
+    logits = _lm_head(final, inputs["lm_head"], dtype)
     return {"logits": logits, "next_hidden": r, "k_cache": torch.stack(k_rows), "v_cache": torch.stack(v_rows)}
 
 

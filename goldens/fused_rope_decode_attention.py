@@ -18,6 +18,8 @@ Our readings of what the contract leaves open:
   attended range uses ``seq_lens``.
 - ``out`` is computed for every row; the checker ignores rows with slot < 0.
 
+Intermediates (``record``): the prologue's, then ``attn``, which is ``out`` (before any cast).
+
 Returns ``out [B, Hq, D]``, ``query [B, Hq, D]`` and the k/v rows ``[B, Hkv, D]``
 each batch row would write (``k_cache``, ``v_cache``).
 """
@@ -28,18 +30,20 @@ from typing import Any
 
 import torch
 
-from harness.goldens.common import decode_attention, rope_kv_rows, stored_if
+from harness.goldens.common import Record, no_record, decode_attention, rope_kv_rows, stored_if
 
 
 # Outputs the bf16 rounding of q/k/v before attention changes (``rounding=False``: none).
 ROUNDING_CHANGES = ("out",)
 
 
-def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True) -> dict[str, torch.Tensor]:
+def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True,
+            record: Record | None = None) -> dict[str, torch.Tensor]:
     as_stored = stored_if(rounding, inputs["k_cache"].dtype)
-    q, k, v = rope_kv_rows(inputs, dtype)
+    q, k, v = rope_kv_rows(inputs, dtype, record)
     out = decode_attention(
         as_stored(q), as_stored(k), as_stored(v), inputs["k_cache"], inputs["v_cache"],
         inputs["block_table"], inputs["seq_lens"], float(inputs["scale"]),
     )
+    (record or no_record)("attn", out)
     return {"out": out, "query": q, "k_cache": k, "v_cache": v}

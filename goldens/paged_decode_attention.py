@@ -17,12 +17,13 @@ from typing import Any
 
 import torch
 
-from harness.goldens.common import decode_attention
+from harness.goldens.common import Record, no_record, decode_attention
 
 
-def compute(inputs: Mapping[str, Any], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def compute(inputs: Mapping[str, Any], dtype: torch.dtype, record: Record | None = None) -> dict[str, torch.Tensor]:
     out = decode_attention(
         inputs["query"].to(dtype), None, None, inputs["k_cache"], inputs["v_cache"],
         inputs["block_table"], inputs["seq_lens"], float(inputs["scale"]),
     )
+    (record or no_record)("attn", out)     # the one intermediate: out before its cast
     return {"out": out}

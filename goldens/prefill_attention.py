@@ -22,6 +22,8 @@ Our readings:
   on the block size (masked keys get weight exactly 0).  The prologue runs one
   sequence at a time, so only one sequence's q is held at once.
 
+Intermediates (``record``): the prologue's for every token, then ``attn`` (``out``, before any cast).
+
 Returns ``out [T, Hq, D]`` and the k/v rows ``[T, Hkv, D]`` each token would
 write (``k_cache``, ``v_cache``).
 """
@@ -33,8 +35,9 @@ from typing import Any
 import torch
 
 from harness.goldens.common import (
-    QUERY_BLOCK, GoldenInputError, attend, gather_positions, rope_kv_rows, stored_if,
+    QUERY_BLOCK, GoldenInputError, Record, attend, gather_positions, rope_kv_rows, stored_if,
 )
+from harness.intermediates.spec import intermediates
 
 
 # Inputs with one row per packed token: sliced per sequence.
@@ -45,7 +48,8 @@ TOKEN_INPUTS = ("q_proj", "k_proj", "v_proj", "inv_rms", "positions")
 ROUNDING_CHANGES = ("out",)
 
 
-def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True) -> dict[str, torch.Tensor]:
+def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True,
+            record: Record | None = None) -> dict[str, torch.Tensor]:
     as_stored = stored_if(rounding, inputs["k_cache"].dtype)
     cu_seqlens, context_lens = inputs["cu_seqlens"].tolist(), inputs["context_lens"].tolist()
     block_table, scale = inputs["block_table"], float(inputs["scale"])
@@ -56,11 +60,16 @@ def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True
     out = torch.empty(tokens, num_heads, head_dim, dtype=dtype)
     k_rows = torch.empty(tokens, num_kv_heads, head_dim, dtype=dtype)
     v_rows = torch.empty_like(k_rows)
+    # the prologue's intermediates, filled a sequence at a time (only when recorded)
+    parts = {} if record is None else {
+        i.name: torch.empty(tokens, num_heads if "Hq" in i.shape else num_kv_heads, head_dim, dtype=dtype)
+        for i in intermediates("rope_kv_write")}
     for b, context in enumerate(context_lens):
         first, end = cu_seqlens[b], cu_seqlens[b + 1]
         # the prologue one sequence at a time, so only one sequence's q is ever held
         chunk = dict(inputs, **{name: inputs[name][first:end] for name in TOKEN_INPUTS})
-        q, k_rows[first:end], v_rows[first:end] = rope_kv_rows(chunk, dtype)
+        q, k_rows[first:end], v_rows[first:end] = rope_kv_rows(
+            chunk, dtype, None if record is None else lambda name, t: parts[name][first:end].copy_(t))
         q = as_stored(q)
         keys = torch.cat([gather_positions(inputs["k_cache"], block_table[b], context, dtype),
                           as_stored(k_rows[first:end])])
@@ -72,6 +81,10 @@ def compute(inputs: Mapping[str, Any], dtype: torch.dtype, rounding: bool = True
             visible = context + torch.arange(start, stop) + 1
             seen = context + stop
             out[first + start:first + stop] = attend(q[start:stop], keys[:seen], values[:seen], scale, visible)
+    if record is not None:
+        for name, t in parts.items():
+            record(name, t)
+        record("attn", out)
     return {"out": out, "k_cache": k_rows, "v_cache": v_rows}
 
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from harness.goldens.common import rope_kv_rows
+from harness.goldens.common import Record, rope_kv_rows
 
 
-def compute(inputs: Mapping[str, Any], dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    q, k, v = rope_kv_rows(inputs, dtype)
+def compute(inputs: Mapping[str, Any], dtype: torch.dtype, record: Record | None = None) -> dict[str, torch.Tensor]:
+    q, k, v = rope_kv_rows(inputs, dtype, record)
     return {"query": q, "k_cache": k, "v_cache": v}

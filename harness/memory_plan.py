@@ -61,6 +61,9 @@ class MemoryPlan:
     golden_working: int    # the golden's peak temporaries while it computes
     generation: int        # input generation's biggest temporary
     checks: int            # the checks' biggest temporary (a layer-sized mask of changed elements)
+    # the golden's intermediates (docs/intermediates.md) and their @exact twins: the golden process
+    # records them all while it computes (the worker reads them one at a time from the file)
+    golden_intermediates: int = 0
 
     @property
     def launch(self) -> int:
@@ -79,7 +82,7 @@ class MemoryPlan:
         """Peak bytes on the device the case runs on (``cpu``: the whole case, host included);
         ``golden_here``: the golden process computes on this accelerator too (``--golden-device``)."""
         if kind == "cpu":   # generated inputs are handed over as they are; caches get a guarded copy
-            return self.launch + self.caches + self.golden + self.transient
+            return self.launch + self.caches + self.golden + self.golden_intermediates + self.transient
         # the generated caches stay beside their guarded copy; the checks bring the goldens
         own = self.launch + self.caches + self.golden + max(self.generation, self.checks)
         return own + (self.golden_share if golden_here else 0)
@@ -97,7 +100,7 @@ class MemoryPlan:
         """The golden process's bytes for the case: its own draw of the inputs and caches, the
         golden and its working set, and an eighth of the held bytes for small temporaries."""
         drawn = self.inputs + self.caches + self.golden
-        return drawn + max(self.golden_working, self.generation) + drawn // 8
+        return drawn + self.golden_intermediates + max(self.golden_working, self.generation) + drawn // 8
 
     def kept_bytes(self, kind: str) -> tuple[int, int]:
         """(device, host) bytes a worker keeps between repeats of the case (``harness/worker/repeats.py``):
@@ -147,7 +150,18 @@ def plan(case: Case, golden_dtype: str = "fp32") -> MemoryPlan:
         golden_working=_golden_working(case, sizes, g),
         generation=4 * max((numel(a) for a in op.by_role("input")), default=0),   # drawn in fp32
         checks=max((numel(a) // _layers(a, sizes) for a in op.caches), default=0),   # one bool per element
+        golden_intermediates=_golden_intermediates(case, sizes, g),
     )
+
+
+def _golden_intermediates(case: Case, s: dict[str, int], g: int) -> int:
+    """The intermediates the golden records (harness/intermediates/spec.py), twice (the ``@exact``
+    twins), ``g`` bytes per element."""
+    from harness.intermediates.spec import intermediates, shape_of
+
+    rows = rows_bound(case)
+    items = intermediates(case.op, s["L"])
+    return 2 * g * sum(math.prod(shape_of(i, s, rows)) for i in items)
 
 
 def _layers(arg, sizes: dict[str, int]) -> int:

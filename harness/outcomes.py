@@ -90,6 +90,11 @@ class Result:
         data = asdict(self)
         data["outcome"] = self.outcome.value
         data["label"] = self.label
+        # docs/intermediates.md: the table of intermediates, when the case dumped any
+        dumped = self.metrics.get("intermediates") or {}
+        data["first_bad_intermediate"] = dumped.get("first_bad_intermediate")
+        data["intermediates"] = [{"name": r["name"], "verdict": r["verdict"], "metrics": r["metrics"]}
+                                 for r in dumped.get("rows", ())]
         return data
 
     @classmethod

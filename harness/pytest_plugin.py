@@ -39,6 +39,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--golden-dtype", choices=("fp32", "fp64"), default="fp32")
     group.addoption("--golden-device", default="cpu", metavar="DEV",
                     help="compute goldens on DEV (cuda:0, npu:0) with TF32/HF32 off, as harness run --golden-device")
+    group.addoption("--harness-intermediates", choices=("off", "on-failure", "always"), default="on-failure",
+                    help="as harness run --intermediates (docs/intermediates.md)")
     group.addoption("--harness-tier", choices=("auto", "all"), default="auto",
                     help="all: run device-tier cases on cpu too")
     group.addoption("--case-k", default=None, metavar="EXPR",
@@ -231,7 +233,8 @@ def _engine(config: pytest.Config):
             rules=tuple(config.getoption("--harness-rules")),
             tier=config.getoption("--harness-tier"),
             device_logs=config.getoption("--harness-device-logs"),
-            blocking_rerun=not config.getoption("--harness-no-blocking-rerun"))))
+            blocking_rerun=not config.getoption("--harness-no-blocking-rerun"),
+            intermediates=config.getoption("--harness-intermediates"))))
         config.stash[_ENGINE_KEY] = engine
     return engine
 

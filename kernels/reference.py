@@ -34,6 +34,19 @@ from typing import Any, Callable, NamedTuple
 import torch
 from torch import Tensor
 
+# ``dump(name, tensor)`` (docs/intermediates.md); the ops take it as ``dump=None``.
+Dump = Callable[[str, Tensor], None]
+
+
+def no_dump(name: str, tensor: Tensor) -> None:
+    return None
+
+
+def in_layer(dump: Dump, layer: int) -> Dump:
+    """``dump`` with ``layers.{layer}.`` before every name (decode_layers)."""
+    return lambda name, tensor: dump(f"layers.{layer}.{name}", tensor)
+
+
 SPLIT_PAGES = 4        # pages per split-K chunk of decode and prefill attention
 Q_TILE = 256           # prefill query rows per tile
 LM_HEAD_ROWS = 16384   # vocab rows of lm_head upcast to fp32 at a time
@@ -260,13 +273,21 @@ class ReferenceKernel:
 
     def project(self, q: Tensor, k: Tensor, v: Tensor, q_norm_weight: Tensor, k_norm_weight: Tensor,
                 rope_cos: Tensor, rope_sin: Tensor, positions: Tensor, eps: float,
-                stored: torch.dtype = torch.bfloat16) -> tuple[Tensor, Tensor, Tensor]:
-        """fp32 projections ``[R, H*D]`` → ``q [R,Hq,D]``, ``k, v [R,Hkv,D]`` in ``stored`` (QK-norm + RoPE on q, k)."""
+                stored: torch.dtype = torch.bfloat16, dump: Dump = no_dump) -> tuple[Tensor, Tensor, Tensor]:
+        """fp32 projections ``[R, H*D]`` → ``q [R,Hq,D]``, ``k, v [R,Hkv,D]`` in ``stored`` (QK-norm + RoPE on q, k).
+
+        Dumps ``q_norm``, ``k_norm`` (fp32), then ``q_rope``, ``k_rope``, ``v`` as stored."""
         R, D = q.shape[0], q_norm_weight.shape[0]
         cos, sin = rope_rows(rope_cos, rope_sin, positions)
-        q = qk_norm_rope(q.float().reshape(R, -1, D), q_norm_weight, cos, sin, eps, self.rope)
-        k = qk_norm_rope(k.float().reshape(R, -1, D), k_norm_weight, cos, sin, eps, self.rope)
-        return q.to(stored), k.to(stored), v.float().reshape(R, -1, D).to(stored)
+        q = qk_norm(q.float().reshape(R, -1, D), q_norm_weight, eps)
+        k = qk_norm(k.float().reshape(R, -1, D), k_norm_weight, eps)
+        dump("q_norm", q)
+        dump("k_norm", k)
+        q, k, v = self.rope(q, cos, sin).to(stored), self.rope(k, cos, sin).to(stored), v.float().reshape(R, -1, D).to(stored)
+        dump("q_rope", q)
+        dump("k_rope", k)
+        dump("v", v)
+        return q, k, v
 
     def decode_step(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
                     slot_mapping: Tensor, block_table: Tensor, seq_lens: Tensor, scale: float) -> Tensor:
@@ -292,43 +313,52 @@ class ReferenceKernel:
 
     # ops (parameters in contract order) ---------------------------------------
     def rope_kv_write(self, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight,
-                      rope_cos, rope_sin, positions, slot_mapping, eps, k_cache, v_cache, query):
+                      rope_cos, rope_sin, positions, slot_mapping, eps, k_cache, v_cache, query, dump=None):
         q, k, v = self.project(q_proj * inv_rms, k_proj * inv_rms, v_proj * inv_rms,
-                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps, k_cache.dtype)
+                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps, k_cache.dtype,
+                               dump or no_dump)
         self.write(k_cache, slot_mapping, k)
         self.write(v_cache, slot_mapping, v)
         query.copy_(q)
         return query
 
-    def paged_decode_attention(self, query, block_table, seq_lens, scale, k_cache, v_cache, out):
+    def paged_decode_attention(self, query, block_table, seq_lens, scale, k_cache, v_cache, out, dump=None):
         res = decode_attention(query, k_cache, v_cache, block_table, seq_lens, scale,
                                split_pages=self.split_pages)
+        (dump or no_dump)("attn", res)
         out.copy_(res)
         return out
 
     def fused_rope_decode_attention(self, q_proj, k_proj, v_proj, inv_rms, q_norm_weight,
                                     k_norm_weight, rope_cos, rope_sin, positions, slot_mapping,
-                                    block_table, seq_lens, scale, eps, k_cache, v_cache, out, query):
+                                    block_table, seq_lens, scale, eps, k_cache, v_cache, out, query, dump=None):
+        dump = dump or no_dump
         q, k, v = self.project(q_proj * inv_rms, k_proj * inv_rms, v_proj * inv_rms,
-                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps, k_cache.dtype)
+                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps, k_cache.dtype, dump)
         query.copy_(q)
-        out.copy_(self.decode_step(q, k, v, k_cache, v_cache, slot_mapping, block_table, seq_lens, scale))
+        attn = self.decode_step(q, k, v, k_cache, v_cache, slot_mapping, block_table, seq_lens, scale)
+        dump("attn", attn)
+        out.copy_(attn)
         return out
 
     def prefill_attention(self, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight,
                           rope_cos, rope_sin, positions, slot_mapping, cu_seqlens, context_lens,
-                          block_table, scale, eps, k_cache, v_cache, out):
+                          block_table, scale, eps, k_cache, v_cache, out, dump=None):
+        dump = dump or no_dump
         q, k, v = self.project(q_proj * inv_rms, k_proj * inv_rms, v_proj * inv_rms,
-                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps, k_cache.dtype)
-        out.copy_(self.prefill_step(q, k, v, k_cache, v_cache, slot_mapping, block_table,
-                                    cu_seqlens, context_lens, scale))
+                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps, k_cache.dtype, dump)
+        attn = self.prefill_step(q, k, v, k_cache, v_cache, slot_mapping, block_table,
+                                 cu_seqlens, context_lens, scale)
+        dump("attn", attn)
+        out.copy_(attn)
         return out
 
     def decode_layers(self, hidden, input_rms_weight, post_rms_weight, q_norm_weight, k_norm_weight,
                       final_norm_weight, wq, wk, wv, wo, w_gate, w_up, w_down, lm_head, rope_cos,
                       rope_sin, positions, slot_mapping, block_table, seq_lens, num_layers, scale, eps,
-                      k_cache, v_cache, logits, next_hidden):
+                      k_cache, v_cache, logits, next_hidden, dump=None):
         B = hidden.shape[0]
+        dump = dump or no_dump
         # One generated layer applied num_layers times: upcast its weights once.
         wq, wk, wv, wo, w_gate, w_up, w_down = (
             w.float() for w in (wq, wk, wv, wo, w_gate, w_up, w_down))
@@ -336,16 +366,21 @@ class ReferenceKernel:
         stored = k_cache.dtype
         for layer in range(num_layers):
             h = rms_norm(r, eps) * input_rms_weight
+            here = in_layer(dump, layer)
             q, k, v = self.project(bf16_matmul(h, wq, stored), bf16_matmul(h, wk, stored),
                                    bf16_matmul(h, wv, stored), q_norm_weight, k_norm_weight, rope_cos, rope_sin,
-                                   positions, eps, stored)
+                                   positions, eps, stored, here)
             attn = self.decode_step(q, k, v, k_cache[layer], v_cache[layer], slot_mapping,
                                     block_table, seq_lens, scale)
+            here("attn", attn)
             r = r + bf16_matmul(attn.reshape(B, -1), wo, stored)
             h = rms_norm(r, eps) * post_rms_weight
             hb = h.to(stored).float()
             r = r + bf16_matmul(torch.nn.functional.silu(hb @ w_gate) * (hb @ w_up), w_down, stored)
-        final = (rms_norm(r, eps) * final_norm_weight).to(stored).float()
+            here("hidden", r)
+        final = rms_norm(r, eps) * final_norm_weight
+        dump("final_norm", final)
+        final = final.to(stored).float()
         for v0 in range(0, lm_head.shape[0], LM_HEAD_ROWS):       # bounded fp32 copy of lm_head
             rows = lm_head[v0:v0 + LM_HEAD_ROWS]
             logits[:, v0:v0 + rows.shape[0]] = final @ rows.float().T
@@ -363,8 +398,10 @@ OP_NAMES = (
 
 
 def op_signature(op: str) -> inspect.Signature:
-    """The contract signature of ``op``: its arguments by name, in contract order."""
-    return inspect.signature(getattr(_REFERENCE, op))
+    """The contract signature of ``op``: its arguments by name, in contract order (without the
+    optional ``dump``: a kernel made from it dumps nothing)."""
+    sig = inspect.signature(getattr(_REFERENCE, op))
+    return sig.replace(parameters=[p for p in sig.parameters.values() if p.name != "dump"])
 
 
 def with_op_signature(op: str, body: Callable[[str, dict[str, Any]], Any]) -> Callable[..., Any]:

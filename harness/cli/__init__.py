@@ -16,6 +16,7 @@ from harness.cli.audit import cmd_audit
 from harness.cli.bisect import GIT_BAD, GIT_GOOD, GIT_SKIP, cmd_bisect, cmd_bisect_run
 from harness.cli.common import EXIT_INTERNAL, EXIT_USAGE, check_output_flags
 from harness.cli.compare import cmd_compare
+from harness.cli.dumps import cmd_dumps
 from harness.cli.flake import cmd_flake
 from harness.cli.ops import cmd_ops
 from harness.cli.parser import build_parser
@@ -30,7 +31,7 @@ EXIT_BROKEN_PIPE = 128 + 13       # as a shell reports a command that SIGPIPE en
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "flake": cmd_flake, "compare": cmd_compare, "bisect": cmd_bisect,
             "bisect-run": cmd_bisect_run, "ops": cmd_ops, "report": cmd_report, "history": cmd_history,
-            "audit": cmd_audit}
+            "audit": cmd_audit, "dumps": cmd_dumps}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -145,7 +145,16 @@ def engine_options(args, devices: list[Device], *, kernel_paths=None, golden_dty
         else options.golden_cache(args.golden_cache, args.no_golden_cache),
         golden_dtype=golden_dtype or args.golden_dtype, golden_device=golden_device, log_dir=args.log_dir, log_root=default_log_dir,
         rules=tuple(args.rules), tier=tier or args.tier, exitfirst=exitfirst, max_log_bytes=args.max_log_mb << 20,
-        device_logs=getattr(args, "device_logs", False), blocking_rerun=not getattr(args, "no_blocking_rerun", False)))
+        device_logs=getattr(args, "device_logs", False), blocking_rerun=not getattr(args, "no_blocking_rerun", False),
+        intermediates=intermediates_mode(args)))
+
+
+def intermediates_mode(args) -> str:
+    """--intermediates as given, else the command's default: off for a flake hunt (it counts launches, and
+    a rerun of each failing iteration would double its time) and for an audit (its mutants are meant to
+    fail: each would run twice), on-failure for every other command."""
+    given = getattr(args, "intermediates", None)
+    return given or ("off" if getattr(args, "command", "") in ("flake", "audit") else "on-failure")
 
 
 @contextlib.contextmanager

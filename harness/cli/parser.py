@@ -48,6 +48,14 @@ def _add_outputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", default=None, metavar="FILE", help="one self-contained HTML report")
 
 
+def _add_intermediates(p: argparse.ArgumentParser) -> None:
+    """--intermediates (docs/intermediates.md); a flake hunt's default is off (set per command)."""
+    p.add_argument("--intermediates", choices=("off", "on-failure", "always"), default=None,
+                   help="compare the intermediates a kernel dumps with the goldens' (docs/intermediates.md): "
+                        "on-failure (default; flake, audit: off) launches a failing case once more with dump, always "
+                        "dumps on every case")
+
+
 def _add_execution(p: argparse.ArgumentParser) -> None:
     """Options of every command that runs cases (run, flake, compare, bisect)."""
     p.add_argument("--device", type=nonempty("--device"), default=None, help="cpu, cuda:N or npu:N (default cpu)")
@@ -84,6 +92,7 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
                    help="do not re-run a DEVICE_FAULT / ORCH_ERROR case on an accelerator once with "
                         "ASCEND_LAUNCH_BLOCKING=1 / CUDA_LAUNCH_BLOCKING=1")
     p.add_argument("--no-progress", action="store_true", help="plain line-per-case output")
+    _add_intermediates(p)
     p.add_argument("--no-color", action="store_true", help="plain output without colours (as when not a TTY)")
     _add_store(p)
     p.add_argument("--no-store", action="store_true", help="keep results in memory only")
@@ -296,6 +305,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="shapes in numbers for a preset (tiny, qwen3-14b), fields overridden as in a case file "
                             "(tiny,batch=2); seq_len=N sizes MB, max_pos, N and T for sequences of N tokens")
     p_ops.add_argument("--markdown", action="store_true", help="the Markdown tables of docs/contracts.md")
+
+    p_dumps = sub.add_parser("dumps", parents=[common],
+                             help="compare a folder of intermediates dumped elsewhere with a case's goldens "
+                                  "(docs/intermediates.md)")
+    p_dumps.add_argument("case_id", help="the case whose inputs (from its seed) made the dumps")
+    p_dumps.add_argument("folder", help="one file per intermediate: <name>.pt, <name>.npy or <name>.bin + <name>.json")
+    p_dumps.add_argument("--cases", dest="paths", action="append", default=None, metavar="PATH",
+                         help="case files or folders holding the case (repeatable; default: cases)")
+    p_dumps.add_argument("--golden-cache", default=None, metavar="DIR")
+    p_dumps.add_argument("--no-golden-cache", action="store_true")
+    p_dumps.add_argument("--golden-dtype", choices=("fp32", "fp64"), default="fp32")
+    p_dumps.add_argument("--json", default=None, metavar="FILE", help="write the table of intermediates as JSON")
 
     p_rep = sub.add_parser("report", parents=[common],
                            help="render a stored run, a --json file or merged shards in any format")

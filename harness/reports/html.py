@@ -31,6 +31,7 @@ from harness.files import write_text
 from harness.formats import blocking_rerun_text, device_log_text, inputs_text
 from harness.logs import clean_text, log_tail
 from harness.outcome_table import label_counts
+from harness.intermediates import table as intermediates_table
 from harness.reports.document import (
     FLAKE_COLUMNS, FailureGroup, failing, failure_groups, flake_confidence, flake_rows, kind_of, outcome_table,
     provenance_items, result_warnings, results_of, totals_text,
@@ -60,6 +61,7 @@ dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:0 .8em;margin:.3e
 figure{margin:.4em 0}figcaption{font-size:12px;color:#555}
 svg.heatmap{display:block;overflow:visible}svg.heatmap text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;font-size:12px;fill:#1b1b1b}
 svg.heatmap text.title{font-size:13px;font-weight:600}
+tr.verdict-bad td{background:#fde2e1}tr.verdict-inherited td{color:#8a6d3b}tr.verdict-bit-exact td:nth-child(2){font-weight:600}
 #filter{margin:.4em 0}#filter label{margin-right:1em;white-space:nowrap}
 .note{color:#555;font-style:italic}
 [hidden]{display:none!important}
@@ -223,6 +225,31 @@ def _figures(r, renderer) -> list[str]:
     return parts
 
 
+def _intermediates(out: list[str], metrics, renderer=None) -> None:
+    """The table of intermediates (docs/intermediates.md), each row coloured by its verdict, and
+    (with a ``renderer``) the intermediate x head map of bad-element ratios beside the outputs'."""
+    dumped = intermediates_table.data(metrics)
+    if not dumped:
+        return
+    grid = intermediates_table.head_map(dumped)
+    if renderer is not None and grid is not None:
+        from harness.reports.heatmap import panels_for
+        panels = panels_for("intermediates", {"map": grid})
+        if panels is not None:
+            caption = (f"intermediates: bad-element ratio per intermediate x query head (intermediates "
+                       f"{', '.join(grid['names'])} down, heads 0..{grid['size'][1] - 1} across; a KV head's "
+                       f"ratio is drawn under each query head that reads it)")
+            out.append(f"<figure>{_svg(renderer.draw(panels), 'intermediates by head')}"
+                       f"<figcaption>{_e(caption)}</figcaption></figure>")
+    body, note = intermediates_table.rows(dumped)
+    head = "".join(f"<th>{_e(h)}</th>" for h in intermediates_table.HEADER)
+    trs = "".join(f'<tr class="verdict-{_token(row[1])}">' + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
+                  for row in body)
+    out.append(f'<details open class="intermediates"><summary>intermediates: {_e(dumped.get("headline", ""))}'
+               f'</summary><table><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table>'
+               + (f'<p class="note">{_e(note)}</p>' if note else "") + "</details>")
+
+
 def _case(out: list[str], g: FailureGroup, anchor: str, detailed: bool, renderer) -> None:
     r = g.first
     out.append(f'<article id="{anchor}" class="failed" data-labels="{_e(_token(g.label))}">')
@@ -249,6 +276,7 @@ def _case(out: list[str], g: FailureGroup, anchor: str, detailed: bool, renderer
         head, _, body = device_log.partition("\n")
         out.append(f"<details><summary>{_e(head.rstrip(':'))}</summary>"
                    f"<pre>{html.escape(_cap(clean_text(body), REPORT_CHARS))}</pre></details>")
+    _intermediates(out, r.metrics, renderer if detailed else None)
     if detailed:
         tail = log_tail(g.log, LOG_LINES, LOG_BYTES)
         if tail:

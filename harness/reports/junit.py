@@ -32,6 +32,7 @@ from junitparser import Error, Failure, JUnitXml, Properties, Property, Skipped,
 
 from harness.files import atomic_path
 from harness.formats import blocking_rerun_text, device_log_text
+from harness.intermediates import table as intermediates_table
 from harness.logs import clean_text, log_tail
 from harness.outcomes import Outcome, Result
 from harness.reports.document import kind_of, provenance_items, results_of
@@ -88,6 +89,9 @@ def _properties(r: Result, ref: str | None) -> list[tuple[str, str]]:
             props += [(f"compare.{buf}.{k}", m[k]) for k in _COMPARE_KEYS if k in m]
             if m.get("passed") is False:
                 props.append((f"compare.{buf}.outcome", m.get("outcome", "MISMATCH")))
+    dumped = intermediates_table.data(r.metrics)
+    if dumped:
+        props.append(("first_bad_intermediate", dumped.get("first_bad_intermediate")))
     argmax = r.metrics.get("argmax")
     if isinstance(argmax, Mapping):
         props += [(f"argmax.{k}", v) for k, v in sorted(argmax.items())]
@@ -99,6 +103,9 @@ def _details(r: Result) -> str:
     for extra in (blocking_rerun_text(r.metrics), device_log_text(r.metrics)):
         if extra:
             parts.append(_text(extra, REPORT_CHARS))
+    dumped = intermediates_table.data(r.metrics)
+    if dumped:          # docs/intermediates.md
+        parts.append("--- intermediates ---\n" + _text(intermediates_table.text(dumped)))
     tail = log_tail(r.log)
     if tail:
         parts.append(f"--- last lines of {_text(r.log)} ---\n{tail}")

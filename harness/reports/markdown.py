@@ -27,6 +27,7 @@ from harness.formats import blocking_rerun_text, device_log_text, inputs_text
 from harness.logs import clean_text, log_tail
 from harness.reports.latency_text import markdown_table
 from harness.outcome_table import label_counts
+from harness.intermediates import table as intermediates_table
 from harness.reports.document import (
     FLAKE_COLUMNS, FailureGroup, failing, failure_groups, flake_confidence, flake_rows, kind_of, outcome_table,
     provenance_items, result_warnings, results_of, totals_text,
@@ -198,6 +199,17 @@ def _entry(g: FailureGroup) -> list[str]:
     return lines
 
 
+def _intermediates(metrics: Mapping[str, Any]) -> list[str]:
+    """The table of intermediates of a failing case (docs/intermediates.md), or nothing."""
+    dumped = intermediates_table.data(metrics)
+    if not dumped:
+        return []
+    body, note = intermediates_table.rows(dumped)
+    lines = ["", f"Intermediates: {escape(dumped.get('headline', ''))}", "",
+             *_table(intermediates_table.HEADER, [[escape(c) for c in row] for row in body])]
+    return lines + ([f"", f"_{escape(note)}_"] if note else [])
+
+
 def _failures(results, budget: int) -> list[str]:
     bad = failing(results)
     if not bad:
@@ -241,7 +253,7 @@ def _failures(results, budget: int) -> list[str]:
             continue
         times = f" {g.times}" if g.times else ""
         block = ["", f"**{escape(r.label)}**{times} {escape(r.case_id)} ({escape(g.where)})", "",
-                 fenced("\n\n".join(body))]
+                 fenced("\n\n".join(body)), *_intermediates(r.metrics)]
         size = sum(len(x) + 1 for x in block)
         if used + size > budget:
             break

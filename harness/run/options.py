@@ -113,6 +113,7 @@ class Settings:
     device_logs: bool = False               # capture device runtime logs on every device (always on npu)
     blocking_rerun: bool = True             # re-run a device fault launch-blocking, once
     log_dir_flag: str = "--log-dir"         # the flag that names log_dir, for a refusal (pytest: --harness-log-dir)
+    intermediates: str = "on-failure"       # off | on-failure | always (docs/intermediates.md)
 
 
 def golden_cache(flag: str | None, disabled: bool) -> str | None:
@@ -160,7 +161,7 @@ def run_options(settings: Settings) -> RunOptions:
                            kernel_paths=kernel_paths(settings.kernel_paths),
                            rules=default_rules(extra=[Path(p) for p in settings.rules]),
                            max_log_bytes=settings.max_log_bytes, device_logs=settings.device_logs,
-                           blocking_rerun=settings.blocking_rerun)
+                           blocking_rerun=settings.blocking_rerun, intermediates=settings.intermediates)
     return RunOptions(devices=list(settings.devices), worker=worker, run_device_tier_on_cpu=settings.tier == "all",
                       exitfirst=settings.exitfirst)
 

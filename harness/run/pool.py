@@ -90,6 +90,7 @@ class WorkerOptions:
     blocking_rerun: bool = True          # a DEVICE_FAULT / ORCH_ERROR on an accelerator is re-run launch-blocking
     base_env: dict[str, str] = field(default_factory=lambda: {**THREADING_ENV, **os.environ})
     worktree: str | None = None          # the ref's worktree (compare, bisect): a command case's {worktree} and cwd
+    intermediates: str = "on-failure"    # off | on-failure | always (docs/intermediates.md)
 
 
 def worker_env(options: WorkerOptions, case_env: dict[str, str], device: Device | None = None) -> dict[str, str]:
@@ -539,7 +540,8 @@ class DeviceWorker:
         self._mark = devicelogs.mark(current.device_logs, current.own_device_logs, {current.proc.pid})
         self._device_log = (False, None)
         request = protocol.RunRequest(case, str(log_path), repeat, str(baseline) if baseline else None,
-                                      nonce=secrets.token_hex(8), golden=golden and golden.golden)
+                                      nonce=secrets.token_hex(8), golden=golden and golden.golden,
+                                      intermediates=self.options.intermediates)
         try:
             current.send(request)
             if not current.wait(case.timeout_s):

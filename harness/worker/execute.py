@@ -9,6 +9,7 @@ overhead is measured against exactly this work.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import time
 import traceback
@@ -19,6 +20,7 @@ import torch
 from harness.adapters import Adapted
 from harness.goldens.cache import GoldenCache
 from harness.worker import checks
+from harness.worker import dumps
 from harness.worker import determinism
 from harness.worker import hints
 from harness.worker import hygiene
@@ -31,6 +33,7 @@ from harness.case import Case
 from harness.devices import Backend, Device
 from harness.worker.launch import ContractError, launch
 from harness.worker.protocol import CaseReply, Failure, GoldenRef, Stage
+from harness.outcomes import CHECK_PRECEDENCE, Outcome
 from harness.provenance import kernel_origin
 from harness.registry import target as kernel_target
 
@@ -108,18 +111,73 @@ def _hint(case: Case, ci: inputs.CaseInputs, goldens: dict[str, torch.Tensor], l
         return "", f"{type(exc).__name__}: {exc}"
 
 
+def _collector(case: Case, ci: inputs.CaseInputs, golden_cache: GoldenCache, golden_dtype: str,
+               golden: GoldenRef | None) -> dumps.Collector:
+    dtype = GOLDEN_DTYPES[golden_dtype]
+    source = golden_cache.intermediates(case.op, ci.spec, golden.path if golden else None, dtype,
+                                        golden.device if golden else "cpu")
+    return dumps.Collector(case, ci, source)
+
+
+def _rerun_with_dumps(case: Case, ci: inputs.CaseInputs, goldens: dict, launched, kernel: Callable,
+                      torch_device, synchronize: Callable[[], None], golden_cache: GoldenCache,
+                      golden_dtype: str, golden: GoldenRef | None) -> tuple[dumps.Collector, checks.Findings | None]:
+    """The failing launch once more, on the same inputs (its buffers back to their pre-launch
+    bytes), with ``dump`` and a dump folder: the collector, and what the checks found this time
+    (None when the rerun itself raised: its intermediates up to the failure are still there)."""
+    collector = _collector(case, ci, golden_cache, golden_dtype, golden)
+    launched.buffers.restore(ci)
+    with dumps.dump_folder() as folder:
+        try:
+            again = launch(kernel, ci, torch_device, synchronize, launched.buffers, dump=collector)
+        except Exception as exc:    # the first launch's result stands; say why the rerun has none
+            collector.notes.append(f"the rerun with dumps raised {type(exc).__name__}: {exc}")
+            again = None
+        collector.read_folder(folder)
+    return collector, (checks.run_checks(case, ci, goldens, again) if again is not None else None)
+
+
+def intermediate_findings(found: checks.Findings, collector: dumps.Collector,
+                          rerun: checks.Findings | None) -> checks.Findings:
+    """``found`` with what the intermediates say: the first bad one in the summary line, a bad dump
+    a CONTRACT finding, a passing case whose intermediate is bad a note (docs/intermediates.md)."""
+    data = collector.to_metrics()
+    if rerun is not None:
+        data["rerun"] = {"outcome": rerun.outcome.value, "summary": rerun.summary}
+        if rerun.outcome.passed:
+            data["notes"].append("the rerun with dumps passed: the failure did not repeat (flaky)")
+    items = list(found.items)
+    if rerun is not None and rerun.outcome.passed and items:     # its dumps describe a launch that passed
+        first = items[0]
+        items[0] = checks.Finding(first.outcome, f"{first.message}; the rerun with dumps passed (flaky)",
+                                  first.detail)
+    elif data["dumped"] and items:      # where inside the kernel the failure the checks found begins
+        first = items[0]
+        items[0] = checks.Finding(first.outcome, f"{first.message}; {data['headline']}", first.detail)
+    elif data["dumped"] and data["first_bad_intermediate"]:
+        data["notes"].append(f"outputs pass, but {data['headline']}")
+    items += [checks.Finding(Outcome.CONTRACT, p) for p in data["problems"]]
+    items.sort(key=lambda f: CHECK_PRECEDENCE.index(f.outcome))
+    outcome = items[0].outcome if items else Outcome.PASS
+    return checks.Findings(outcome, tuple(items), {**found.metrics, "intermediates": data})
+
+
 def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,
                  loader: KernelLoader, golden_dtype: str = "fp32", *, golden: GoldenRef | None = None,
                  repeat: int = 0, baseline: str | None = None,
                  baselines: determinism.Baselines | None = None,
-                 repeats: reuse.Repeats | None = None, pristine: hygiene.Snapshot | None = None) -> CaseReply:
+                 repeats: reuse.Repeats | None = None, pristine: hygiene.Snapshot | None = None,
+                 intermediates: str = "off") -> CaseReply:
     """``golden``: the golden process's file of this case's goldens, read (key and digest checked)
     through ``golden_cache``; None computes them here (``golden_cache.get_or_compute``).
     ``baseline``: a file to compare every output and cache with bit for bit (fixed-seed
     flake hunts; the first iteration writes it), kept in ``baselines`` between cases.
     ``repeats``: this worker's kept inputs; a case kept there is restored instead of generated
     (``harness/worker/repeats.py``).  ``pristine``: the worker's snapshot at start; a state that
-    changed since, found before the kernel runs, is a reply with ``deferred`` and no verdict."""
+    changed since, found before the kernel runs, is a reply with ``deferred`` and no verdict.
+    ``intermediates``: ``off``, ``on-failure`` (a failing case is launched once more on the same
+    inputs with ``dump`` and ``$HARNESS_DUMP_DIR``, and its intermediates compared) or ``always``
+    (every launch dumps); docs/intermediates.md."""
     t0 = time.perf_counter()
     watch = hygiene.Watch(pristine)   # what the kernel leaves behind in this process (docs/architecture.md)
     try:
@@ -140,15 +198,20 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         else:
             goldens, hit = _stage(Stage.GOLDEN, _goldens, case, ci, golden_cache, golden_dtype, golden)
         t2 = time.perf_counter()
-        with watch:           # the kernel's window: its import and its launch
+        collector = (_stage(Stage.GOLDEN, _collector, case, ci, golden_cache, golden_dtype, golden)
+                     if intermediates == "always" else None)
+        with dumps.dump_folder() if collector else contextlib.nullcontext() as folder, watch:
+            # the kernel's window: its import and its launch
             kernel = _stage(Stage.IMPORT, loader.load, case.kernel, case.op)
             try:
                 launched = launch(kernel, ci, torch_device, lambda: backend.synchronize(device),
-                                  kept.buffers if kept else None)
+                                  kept.buffers if kept else None, dump=collector)
             except ContractError as exc:
                 raise StageError(Stage.CONTRACT, exc) from exc
             except Exception as exc:
                 raise StageError(Stage.LAUNCH, exc) from exc
+            if collector:
+                _stage(Stage.CHECK, collector.read_folder, folder)
         t3 = time.perf_counter()
         # on the kernel's device: only what the report prints comes to the host
         found = hygiene.with_findings(_stage(Stage.CHECK, checks.run_checks, case, ci, goldens, launched),
@@ -159,6 +222,15 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
             bits = _stage(Stage.DETERMINISM, determinism.diff_against_baseline,
                           baselines or determinism.Baselines(), baseline,
                           ci.op, launched.outputs, launched.caches, repeat, found.outcome.passed)
+        # after the bitwise comparison: the rerun overwrites the buffers the first launch left
+        if collector is None and intermediates == "on-failure" and not found.outcome.passed:
+            collector, rerun = _stage(Stage.CHECK, _rerun_with_dumps, case, ci, goldens, launched, kernel,
+                                      torch_device, lambda: backend.synchronize(device),
+                                      golden_cache, golden_dtype, golden)
+        else:
+            rerun = None
+        if collector is not None:
+            found = intermediate_findings(found, collector, rerun)
         t4 = time.perf_counter()
         latency = _latency(case, ci, launched, kernel, torch_device, device, backend, found.outcome.passed)
     except hygiene.Deferred as changed:

@@ -119,6 +119,14 @@ def allowed_returns(output_names: list[str]) -> str:
     return f"None, {first}, or the tuple ({names}) of the buffers passed in"
 
 
+def _declares_dump(kernel: Callable) -> bool:
+    try:
+        p = inspect.signature(kernel).parameters.get("dump")
+    except (TypeError, ValueError):
+        return False
+    return p is not None and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+
+
 def _returned_problem(ret: Any, outputs: list[GuardedBuffer]) -> str | None:
     """None when ``ret`` is None, the first output, or all outputs in declared order; else what
     was returned and what is allowed, in one line."""
@@ -210,14 +218,17 @@ def kernel_kwargs(ci: CaseInputs, device: torch.device, buffers: Buffers) -> dic
 
 
 def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: Callable[[], None],
-           buffers: Buffers | None = None) -> Launched:
+           buffers: Buffers | None = None, dump: Callable[..., None] | None = None) -> Launched:
     """One call of ``kernel``; ``buffers``: guarded buffers in their pre-launch state (a repeat's,
-    restored), else allocated here."""
+    restored), else allocated here.  ``dump``: passed as ``dump=`` to a kernel that declares
+    that parameter (docs/intermediates.md); any other kernel is called as without it."""
     if buffers is None:
         buffers = Buffers.allocate(ci, device)
     kwargs = kernel_kwargs(ci, device, buffers)
 
     verify_signature(kernel, kwargs, ci.op.name)
+    if dump is not None and _declares_dump(kernel):
+        kwargs["dump"] = dump
     seal = InputSeal({a.name: kwargs[a.name] for a in ci.op.by_role("input")})
     ret = kernel(**kwargs)
     synchronize()

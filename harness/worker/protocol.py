@@ -111,17 +111,20 @@ class RunRequest:
     baseline: str | None = None        # compare every buffer bit for bit with this file (determinism)
     nonce: str = ""                    # echoed by the reply: matches it to this launch
     golden: GoldenRef | None = None    # the case's goldens; None only when the golden process could not start
+    intermediates: str = "off"         # off | on-failure | always (docs/intermediates.md)
 
     def to_wire(self) -> dict[str, Any]:
         return {"message": self.kind, "case": self.case.to_wire(), "log": self.log, "repeat": self.repeat,
                 "baseline": self.baseline, "nonce": self.nonce,
-                "golden": None if self.golden is None else self.golden.to_wire()}
+                "golden": None if self.golden is None else self.golden.to_wire(),
+                "intermediates": self.intermediates}
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> "RunRequest":
         return cls(case=Case.from_wire(data["case"]), log=data["log"], repeat=data["repeat"],
                    baseline=data["baseline"], nonce=data["nonce"],
-                   golden=None if data["golden"] is None else GoldenRef.from_wire(data["golden"]))
+                   golden=None if data["golden"] is None else GoldenRef.from_wire(data["golden"]),
+                   intermediates=data.get("intermediates", "off"))
 
     def brief(self) -> str:
         return f"run case={self.case.case_id} repeat={self.repeat}" + (" bitwise" if self.baseline else "")

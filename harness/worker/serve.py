@@ -190,7 +190,8 @@ def _serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
         with redirected_output(request.log):
             reply = execute_case(request.case, device, backend, golden_cache, loader, golden_dtype,
                                  golden=request.golden, repeat=request.repeat, baseline=request.baseline,
-                                 baselines=baselines, repeats=repeats, pristine=pristine)
+                                 baselines=baselines, repeats=repeats, pristine=pristine,
+                                 intermediates=request.intermediates)
         protocol.send(conn, dataclasses.replace(reply, nonce=request.nonce))
 
 

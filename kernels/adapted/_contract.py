@@ -1,5 +1,9 @@
 """What the adapted kernels share, written from docs/contracts.md: the fp32 prologue and paging.
 
+The prologue writes the intermediates it has (``q_norm``, ``k_norm``, ``q_rope``, ``k_rope``,
+``v``) into ``$HARNESS_DUMP_DIR`` when the harness sets it, and the kernels their attention
+output (``attn``), as a compiled library without a Python callback would (``dump_file``).
+
 Prologue: ``x = proj * inv_rms``; per-head QK-norm ``x * rsqrt(mean(x²) + eps) * w`` on q and k;
 NeoX RoPE ``x*cos + rotate_half(x)*sin`` at ``positions``.  The fresh q/k/v stay fp32: only
 the stores round.  Paging: position p of a sequence is row p % P of page
@@ -7,9 +11,19 @@ the stores round.  Paging: position p of a sequence is row p % P of page
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 F32 = torch.float32
+
+
+def dump_file(name: str, tensor: torch.Tensor) -> None:
+    """An intermediate written as a compiled library would: ``<name>.pt`` into ``$HARNESS_DUMP_DIR``
+    when the harness set it (docs/intermediates.md), else nothing."""
+    folder = os.environ.get("HARNESS_DUMP_DIR")
+    if folder:
+        torch.save(tensor.detach().to("cpu").contiguous(), os.path.join(folder, f"{name}.pt"))
 
 
 def _rope(x, cos, sin):
@@ -24,10 +38,16 @@ def prologue(q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rope
     q, k, v = ((p.to(F32) * s).view(T, -1, D) for p in (q_proj, k_proj, v_proj))
     cos, sin = rope_cos[positions.long()].to(F32), rope_sin[positions.long()].to(F32)
 
-    def qk(x, w):
-        return _rope(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w.to(F32), cos, sin)
+    def qk(x, w, name):
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w.to(F32)
+        dump_file(f"{name}_norm", normed)
+        rotated = _rope(normed, cos, sin)
+        dump_file(f"{name}_rope", rotated)
+        return rotated
 
-    return qk(q, q_norm_weight), qk(k, k_norm_weight), v
+    q, k = qk(q, q_norm_weight, "q"), qk(k, k_norm_weight, "k")
+    dump_file("v", v)
+    return q, k, v
 
 
 def gather(cache: torch.Tensor, block_row: torch.Tensor, count: int) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from harness.adapters import adapt, fia_pages, returns
-from harness.kernels.adapted._contract import F32, gather, prologue, write
+from harness.kernels.adapted._contract import F32, dump_file, gather, prologue, write
 
 NAME = "torch-flex"
 
@@ -52,8 +52,10 @@ def _decode(q, keys, vals, lengths, scale):
 
 
 def _paged_decode(*, query, block_table, kv_lens, scale, k_cache, v_cache):
-    return _decode(query.to(F32), _padded(k_cache, block_table, kv_lens), _padded(v_cache, block_table, kv_lens),
-                   kv_lens, scale)
+    out = _decode(query.to(F32), _padded(k_cache, block_table, kv_lens), _padded(v_cache, block_table, kv_lens),
+                  kv_lens, scale)
+    dump_file("attn", out)
+    return out
 
 
 def _fused(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions,
@@ -64,6 +66,7 @@ def _fused(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rop
                   kv_lens, scale)
     write(k_cache, slot_mapping, k)
     write(v_cache, slot_mapping, v)
+    dump_file("attn", out)
     return out, q
 
 
@@ -86,6 +89,7 @@ def _prefill(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, r
         out[lo:hi] = _flex(q[lo:hi].transpose(0, 1)[None], keys, vals, causal, 1, hi - lo, scale)[0].transpose(0, 1)
     write(k_cache, slot_mapping, k)
     write(v_cache, slot_mapping, v)
+    dump_file("attn", out)
     return out
 
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.adapters import adapt, fia_pages, returns
-from harness.kernels.adapted._contract import F32, gather, prologue, write
+from harness.kernels.adapted._contract import F32, dump_file, gather, prologue, write
 
 NAME = "torch-sdpa"
 
@@ -33,8 +33,10 @@ def _rope_kv_write(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_wei
 
 
 def _paged_decode(*, query, block_table, kv_lens, scale, k_cache, v_cache):
-    return torch.stack([sdpa(query[b:b + 1], gather(k_cache, block_table[b], n), gather(v_cache, block_table[b], n),
-                             scale)[0] for b, n in enumerate(kv_lens)])
+    out = torch.stack([sdpa(query[b:b + 1], gather(k_cache, block_table[b], n), gather(v_cache, block_table[b], n),
+                            scale)[0] for b, n in enumerate(kv_lens)])
+    dump_file("attn", out)
+    return out
 
 
 def _fused(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions,
@@ -48,6 +50,7 @@ def _fused(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, rop
         rows.append(sdpa(q[b:b + 1], keys, vals, scale)[0])
     write(k_cache, slot_mapping, k)
     write(v_cache, slot_mapping, v)
+    dump_file("attn", torch.stack(rows))
     return torch.stack(rows), q
 
 
@@ -65,6 +68,7 @@ def _prefill(*, q_proj, k_proj, v_proj, inv_rms, q_norm_weight, k_norm_weight, r
         out[lo:hi] = sdpa(q[lo:hi], keys, vals, scale, mask=causal)
     write(k_cache, slot_mapping, k)
     write(v_cache, slot_mapping, v)
+    dump_file("attn", out)
     return out
 
 

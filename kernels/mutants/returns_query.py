@@ -9,15 +9,16 @@ of the returned buffer catch it.
 """
 from __future__ import annotations
 
-from harness.kernels.reference import ReferenceKernel
+from harness.kernels.reference import ReferenceKernel, no_dump
 
 
 class ReturnsQuery(ReferenceKernel):
     def fused_rope_decode_attention(self, q_proj, k_proj, v_proj, inv_rms, q_norm_weight,
                                     k_norm_weight, rope_cos, rope_sin, positions, slot_mapping,
-                                    block_table, seq_lens, scale, eps, k_cache, v_cache, out, query):
+                                    block_table, seq_lens, scale, eps, k_cache, v_cache, out, query, dump=None):
         q, k, v = self.project(q_proj * inv_rms, k_proj * inv_rms, v_proj * inv_rms,
-                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps, k_cache.dtype)
+                               q_norm_weight, k_norm_weight, rope_cos, rope_sin, positions, eps, k_cache.dtype,
+                               dump or no_dump)   # its intermediates are right: the bug is after them
         query.copy_(q)
         self.write(k_cache, slot_mapping, k)
         self.write(v_cache, slot_mapping, v)

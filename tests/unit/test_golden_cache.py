@@ -31,7 +31,8 @@ def assert_same(a: dict, b: dict) -> None:
 
 
 def entry_files(root: Path) -> list[Path]:
-    return sorted(root.rglob("*.safetensors"))
+    """The outputs' files (each has its intermediates' file beside it: docs/intermediates.md)."""
+    return sorted(p for p in root.rglob("*.safetensors") if not p.name.endswith(".intermediates.safetensors"))
 
 
 # -- hits and misses --------------------------------------------------------------------------
@@ -220,10 +221,12 @@ def test_writes_go_to_a_temp_file_in_the_same_folder_then_replace(tmp_path, monk
     inputs = case_inputs()
     cache = GoldenCache(tmp_path)
     cache.get_or_compute(OP, inputs.spec, inputs.args)
-    ((src, dst, existed, size),) = moves
-    assert src.parent == dst.parent and src != dst and not existed and size > 0
-    assert dst == cache.path(OP, cache.key(OP, inputs.spec))
-    assert [p.name for p in dst.parent.iterdir()] == [dst.name]        # no temp file left behind
+    # the outputs' file, then its intermediates' beside it (docs/intermediates.md)
+    key = cache.key(OP, inputs.spec)
+    assert [dst for _, dst, _, _ in moves] == [cache.path(OP, key), cache.intermediates_path(OP, key)]
+    for src, dst, existed, size in moves:
+        assert src.parent == dst.parent and src != dst and not existed and size > 0
+    assert sorted(p.name for p in dst.parent.iterdir()) == sorted(d.name for _, d, _, _ in moves)   # no temp file left
 
 
 def test_a_failed_write_leaves_no_temp_file(tmp_path, monkeypatch):
@@ -261,7 +264,7 @@ def test_concurrent_writers_and_readers_never_see_half_a_file(tmp_path):
     assert sum(cache.unreadable for cache in caches) == 0
     for result in results:
         assert_same(result, expected)
-    assert [p.suffix for p in (tmp_path / OP).iterdir()] == [".safetensors"]
+    assert {p.suffix for p in (tmp_path / OP).iterdir()} == {".safetensors"}
 
 
 # -- where the cache lives ----------------------------------------------------------------

@@ -1,0 +1,93 @@
+"""What ``--intermediates always`` costs beside ``off`` on the tiny matrices (docs/intermediates.md).
+
+    python bench/bench_intermediates.py [--cases 30] [--rounds 3]
+
+Runs the same cases of the shipped tier-ci matrices (every case's kernel replaced by the
+reference, which dumps every intermediate) through the worker's ``execute_case`` in this
+process, rounds of ``off`` and ``always`` interleaved (the order alternating), goldens read
+from one warm golden cache as a worker reads them.  Prints ms/case of each round, the median
+and minimum of each mode and their ratios, the time the dump path itself took inside the
+``always`` rounds (a figure the load moves less than the difference of two rounds), and the
+load average before and after (the machine is shared).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+
+from harness.casefiles.matrix import load_paths
+from harness.devices import Device, backend
+from harness.goldens.cache import GoldenCache
+from harness.worker import dumps
+from harness.worker.execute import KernelLoader, execute_case
+
+
+class Timed:
+    """Seconds spent in the dump path (every ``dump`` call and the file folder's reading): the
+    part of an ``always`` case that ``off`` does not pay, measured inside the same run."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        for name in ("__call__", "read_folder"):
+            real = getattr(dumps.Collector, name)
+            setattr(dumps.Collector, name, self._wrap(real))
+
+    def _wrap(self, real):
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+        return timed
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cases(n: int):
+    everything = [c for c in load_paths([os.path.join(ROOT, "cases")]) if c.tier == "ci"]
+    step = max(1, len(everything) // n)
+    return [replace(c, kernel="reference", env={}) for c in everything[::step][:n]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cases", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    chosen = cases(args.cases)
+    device = Device("cpu")
+    be, loader = backend(device), KernelLoader()
+    print(f"load before: {os.getloadavg()}; {len(chosen)} cases: "
+          f"{', '.join(sorted({c.op for c in chosen}))}")
+    with tempfile.TemporaryDirectory() as root:
+        cache = GoldenCache(root)
+        for c in chosen:                       # warm: goldens in the cache, imports done
+            execute_case(c, device, be, cache, loader, intermediates="always")
+        times: dict[str, list[float]] = {"off": [], "always": []}
+        timed, dumped = Timed(), []
+        for r in range(args.rounds):
+            for mode in (("off", "always") if r % 2 == 0 else ("always", "off")):
+                start, before = time.perf_counter(), timed.seconds
+                for c in chosen:
+                    reply = execute_case(c, device, be, cache, loader, intermediates=mode)
+                    assert reply.failure is None and reply.outcome.passed, (c.case_id, reply.summary)
+                times[mode].append((time.perf_counter() - start) / len(chosen) * 1e3)
+                if mode == "always":
+                    dumped.append((timed.seconds - before) / len(chosen) * 1e3)
+            print(f"round {r}: off {times['off'][-1]:.2f} ms/case, always {times['always'][-1]:.2f} ms/case")
+    for name, pick in (("median", statistics.median), ("min", min)):
+        off, always = pick(times["off"]), pick(times["always"])
+        print(f"{name}: off {off:.2f} ms/case, always {always:.2f} ms/case, ratio {always / off:.3f}")
+    always, dump = statistics.median(times["always"]), statistics.median(dumped)
+    print(f"inside the always rounds: the dump path {dump:.2f} ms/case of {always:.2f} "
+          f"(always / (always - dumps) = {always / (always - dump):.3f})")
+    print(f"load after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

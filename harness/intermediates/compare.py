@@ -1,0 +1,186 @@
+"""One dumped intermediate against its golden, then the verdicts of a whole launch's dumps.
+
+``measure`` compares one tensor as the outputs are compared (``ratio_allclose`` with the
+tolerance of the output it is nearest to, the rounding spread as slack, localised per row and
+head) and adds the precision metrics a model-level precision tool reports for each API's
+output: cosine similarity, max absolute and relative error, and the share of elements whose
+relative error exceeds 1/1000 and 5/1000.  ``bit_exact``: every compared element equals the
+golden rounded to the dump's dtype (or to a narrower float dtype, for a dump upcast before it was
+written).
+
+``verdicts`` turns the measurements (keyed by name, in any order, any subset) into one
+``Verdict`` per intermediate of the op in dataflow order, and ``first_bad`` names the first
+``bad`` one: everything after it that consumes it is ``inherited``.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.intermediates.spec import Intermediate
+from harness.worker.ratio_allclose import ratio_allclose, summarise_localisation
+
+# the precision tool's thresholds: relative error above 1/1000 and above 5/1000
+THRESHOLDS = (0.001, 0.005)
+
+
+class Verdict(str, enum.Enum):
+    OK = "ok"
+    BIT_EXACT = "bit-exact"       # ok, and every element is the golden rounded to the dump's dtype
+    BAD = "bad"
+    INHERITED = "inherited"       # bad, but an intermediate it consumes (dumped) is bad already
+    MISSING = "missing"           # not dumped
+
+    @property
+    def good(self) -> bool:
+        return self in (Verdict.OK, Verdict.BIT_EXACT)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What the comparison of one dumped intermediate found (plain data: it crosses the pipe)."""
+
+    name: str
+    passed: bool
+    bit_exact: bool
+    dtype: str
+    metrics: dict[str, Any]            # cosine, max_abs, max_rel, over_1e-3, over_5e-3, bad_ratio, ...
+    localisation: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    note: str = ""                     # e.g. "12 NaN/Inf"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table of intermediates."""
+
+    name: str
+    verdict: Verdict
+    layer: int | None
+    measurement: Measurement | None
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.measurement
+        return {"name": self.name, "verdict": self.verdict.value, "layer": self.layer,
+                "metrics": {} if m is None else {**m.metrics, "dtype": m.dtype, "note": m.note,
+                                                 "localisation": {k: list(v) for k, v in m.localisation.items()}}}
+
+
+def measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exact: torch.Tensor | None, *,
+            atol: float, rtol: float, max_error_ratio: float, rows: torch.Tensor | None = None) -> Measurement:
+    """Compare ``actual`` (any float dtype, on any device) with ``golden`` (fp32/fp64, same shape)."""
+    device = actual.device
+    g = golden.to(device)
+    slack = None if exact is None else (exact.to(device=device, dtype=g.dtype) - g).abs()
+    cmp = ratio_allclose(actual, g, atol=atol, rtol=rtol, max_error_ratio=max_error_ratio, name=item.name,
+                         axes=item.axes, rows=rows, slack=slack)
+    a, e = actual, g
+    if rows is not None and not bool(rows.all()):
+        keep = rows.to(device)
+        a, e = a[keep], e[keep]
+    # fp32 (fp64 when either side is): what ratio_allclose compares in
+    wide = torch.float64 if torch.float64 in (a.dtype, e.dtype) else torch.float32
+    af, ef = a.to(wide).flatten(), e.to(wide).flatten()
+    a_finite = torch.isfinite(af)
+    finite = a_finite & torch.isfinite(ef)
+    nonfinite = int(af.numel() - int(a_finite.sum()))
+    diff = (af - ef).abs()
+    rel = torch.where(diff == 0, torch.zeros_like(diff), diff / ef.abs())     # a != e == 0: inf
+    n = max(int(af.numel()), 1)
+    all_finite = nonfinite == 0 and bool(finite.all())
+    fa, fe, fd, fr = (af, ef, diff, rel) if all_finite else (af[finite], ef[finite], diff[finite], rel[finite])
+    metrics: dict[str, Any] = {
+        "cosine": _cosine(fa, fe),
+        "max_abs": float(fd.max()) if fd.numel() else math.nan,
+        "max_rel": float(fr.max()) if fr.numel() else math.nan,
+        **{f"over_{t:g}": float(((rel > t) | ~finite).sum()) / n for t in THRESHOLDS},
+        "bad_ratio": cmp.bad_ratio, "bad_count": cmp.bad_count, "numel": cmp.numel,
+        "atol": atol, "rtol": rtol, "max_error_ratio": max_error_ratio,
+    }
+    bit_exact = a.is_floating_point() and any(torch.equal(a, e.to(d).to(a.dtype)) for d in _stored_as(a.dtype))
+    note = f"{nonfinite} NaN/Inf" if nonfinite else ""
+    return Measurement(item.name, cmp.passed, bit_exact and cmp.passed, str(actual.dtype).removeprefix("torch."),
+                       metrics, dict(cmp.localisation), note)
+
+
+def _stored_as(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    """The dtypes a dump of ``dtype`` may hold values of: its own, or a narrower one upcast before dumping
+    (a bf16 row written out as fp32 is still bit-exact when it is the golden rounded to bf16)."""
+    narrower = (torch.bfloat16, torch.float16, torch.float32)
+    size = torch.empty((), dtype=dtype).element_size()
+    return (dtype, *(d for d in narrower if d != dtype and torch.empty((), dtype=d).element_size() < size))
+
+
+def _cosine(a: torch.Tensor, e: torch.Tensor) -> float:
+    if a.numel() == 0:
+        return math.nan
+    na, ne = float(a.norm()), float(e.norm())
+    if na == 0 or ne == 0:
+        return 1.0 if na == ne else 0.0
+    return float((a @ e) / (na * ne))
+
+
+def verdicts(items: Sequence[Intermediate], measured: Mapping[str, Measurement]) -> tuple[Row, ...]:
+    """One row per intermediate in dataflow order.  A failed comparison is ``bad``, or ``inherited``
+    when one of its direct upstream intermediates was dumped and is bad or inherited."""
+    rows: list[Row] = []
+    state: dict[str, Verdict] = {}
+    for item in items:
+        m = measured.get(item.name)
+        if m is None:
+            verdict = Verdict.MISSING
+        elif m.passed:
+            verdict = Verdict.BIT_EXACT if m.bit_exact else Verdict.OK
+        elif any(state.get(up) in (Verdict.BAD, Verdict.INHERITED) for up in item.upstream):
+            verdict = Verdict.INHERITED
+        else:
+            verdict = Verdict.BAD
+        state[item.name] = verdict
+        rows.append(Row(item.name, verdict, item.layer, m))
+    return tuple(rows)
+
+
+def first_bad(rows: Sequence[Row]) -> Row | None:
+    return next((r for r in rows if r.verdict is Verdict.BAD), None)
+
+
+def headline(rows: Sequence[Row]) -> str:
+    """``first bad intermediate k_rope (q_rope, v bit-exact; k_rope kv_head 0-1 bad in 100% rows)``, or
+    where every dumped intermediate being right puts the error."""
+    dumped = [r for r in rows if r.verdict is not Verdict.MISSING]
+    if not dumped:
+        return "no intermediate dumped"
+    bad = first_bad(rows)
+    exact = [r.name for r in dumped if r.verdict is Verdict.BIT_EXACT]
+    ok = [r.name for r in dumped if r.verdict is Verdict.OK]
+    before = "; ".join(part for part in (
+        f"{_names(exact)} bit-exact" if exact else "", f"{_names(ok)} ok" if ok else "") if part)
+    if bad is None:
+        return (f"every dumped intermediate ok (last: {dumped[-1].name}): the error is after it "
+                f"(the store, the cast, the buffer written)")
+    where = _where(bad)
+    layer = f" in layer {bad.layer}" if bad.layer is not None else ""
+    also = [r.name for r in rows if r.verdict is Verdict.BAD and r is not bad]
+    inside = "; ".join(part for part in (before, where, f"also bad: {_names(also)}" if also else "") if part)
+    return f"first bad intermediate {bad.name}{layer}" + (f" ({inside})" if inside else "")
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names) if len(names) <= 6 else ", ".join(names[:5]) + f" and {len(names) - 5} more"
+
+
+def _where(row: Row) -> str:
+    m = row.measurement
+    if m is None:
+        return ""
+    parts = [m.note] if m.note else []
+    loc = {k: v for k, v in m.localisation.items() if k != "row"}
+    for axis, ratios in loc.items():
+        parts.append(f"{row.name} " + summarise_localisation(axis, ratios))
+    if not loc:
+        parts.append(f"{row.name} {100 * m.metrics.get('bad_ratio', 0.0):.1f}% bad")
+    return "; ".join(parts)
