@@ -344,11 +344,16 @@ def _lean_cached(k_cache: torch.Tensor, block_table: torch.Tensor, filled: list[
         return
     slot, pos = torch.cat(slots), torch.cat(positions)
     rows = k_cache.view(-1, *k_cache.shape[-2:])
-    extra = leaning[pos]
-    first = pos == 0
-    for d in _pair(extra.shape[-1]):
-        extra[:, d] += first * sink
-    rows[slot] = (rows[slot].float() + extra[:, None, :]).to(rows.dtype)
+    for start in range(0, slot.numel(), _LEAN_ROWS):    # float32 temporaries of a slice, not of the cache
+        s, p = slot[start:start + _LEAN_ROWS], pos[start:start + _LEAN_ROWS]
+        extra = leaning[p]
+        first = p == 0
+        for d in _pair(extra.shape[-1]):
+            extra[:, d] += first * sink
+        rows[s] = (rows[s].float() + extra[:, None, :]).to(rows.dtype)
+
+
+_LEAN_ROWS = 4096   # context rows leaned at a time: the memory plan's generation transient holds it
 
 
 def _query(q: torch.Tensor, leaning: torch.Tensor, spread: float) -> torch.Tensor:
