@@ -182,6 +182,7 @@ class GoldenCache:
         path = self.intermediates_path(op, key)
         tensors = {name: t.detach().contiguous() for name, t in recorded.items()}
         metadata = {"op": op, "key": key, "dtype": _dtype_name(dtype),
+                    "writer_pid": str(os.getpid()),      # as the goldens' file: only the golden process writes
                     **{_DIGEST_PREFIX + name: _digest({name: t}) for name, t in tensors.items()}}
         try:
             with atomic_path(path) as tmp:

@@ -223,7 +223,10 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
                           baselines or determinism.Baselines(), baseline,
                           ci.op, launched.outputs, launched.caches, repeat, found.outcome.passed)
         # after the bitwise comparison: the rerun overwrites the buffers the first launch left
-        if collector is None and intermediates == "on-failure" and not found.outcome.passed:
+        # never a second launch of a kernel that changed this worker (left processes, patched torch):
+        # the rerun runs outside the hygiene window, and the worker is replaced after this case anyway
+        if (collector is None and intermediates == "on-failure" and not found.outcome.passed
+                and not watch.disturbed.replace_reason):
             collector, rerun = _stage(Stage.CHECK, _rerun_with_dumps, case, ci, goldens, launched, kernel,
                                       torch_device, lambda: backend.synchronize(device),
                                       golden_cache, golden_dtype, golden)

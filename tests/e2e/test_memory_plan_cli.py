@@ -38,5 +38,5 @@ def test_a_case_no_machine_holds_is_refused_at_expansion(tmp_path):
         proc = run_harness(*command, str(cases), cwd=tmp_path, timeout=60)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1, proc.stderr
-        assert "huge.yaml:4:" in proc.stderr and "seq_lens: the case needs 198 TB, more than any machine holds" \
+        assert "huge.yaml:4:" in proc.stderr and "seq_lens: the case needs 199 TB, more than any machine holds" \
             in proc.stderr

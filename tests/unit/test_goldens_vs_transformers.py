@@ -26,6 +26,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 from harness import goldens
 from harness.case import Case, Geometry, SeqLens, SlotMode
 from harness.goldens import common
+from harness.goldens import decode_layers as layers_golden
 from harness.goldens import prefill_attention as prefill_golden
 from harness.worker.inputs import generate, rope_tables
 
@@ -321,6 +322,7 @@ def test_a_wrong_golden_differs_from_transformers(mutant, op, monkeypatch):
     golden_args = unweighted_k_norm if mutant == "k_norm_unapplied" else (lambda args: args)
     if mutant == "gptj_rope":
         monkeypatch.setattr(common, "rope", gptj_rope)
+        monkeypatch.setattr(layers_golden, "rope", gptj_rope)     # it applies RoPE after recording q_norm
     if mutant == "tiled_gqa":
         monkeypatch.setattr(common, "attend", tiled_gqa(common.attend))
         monkeypatch.setattr(prefill_golden, "attend", tiled_gqa(prefill_golden.attend))
