@@ -68,8 +68,9 @@ def column_sums(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # throughout (on the CPU small enough to stay in cache): widening the whole tensor, or a
     # fresh temporary per chunk, cost more in page faults than the sums (docs/benchmarks.md).
     chunk = CHUNK_GROUPS.get(device.type, CHUNK_GROUPS["other"])
-    wide = torch.empty(min(chunk, full) * GROUP_ROWS, PERIOD, dtype=torch.int64, device=device)
-    group_sums = torch.empty(min(FOLD_GROUPS, full), PERIOD, dtype=torch.int64, device=device)
+    if full:
+        wide = torch.empty(min(chunk, full) * GROUP_ROWS, PERIOD, dtype=torch.int64, device=device)
+        group_sums = torch.empty(min(FOLD_GROUPS, full), PERIOD, dtype=torch.int64, device=device)
     kept = 0                                       # group sums waiting in group_sums
     for g0 in range(0, full, chunk):
         k = min(chunk, full - g0)
