@@ -192,7 +192,7 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
         args[arg.name] = _cache(arg.name, resolve_shape(arg.shape, sizes), block_table, filled, P, case.seed, device,
                                 arg_dtype(arg.dtype, case), key_scale, canary)
     if leaning is not None and "block_table" in args:      # rope_kv_write reads no cached key
-        _lean_cached(args["k_cache"], args["block_table"], filled, P, leaning.mul_(key_scale), canary.sink)
+        _lean_cached(args["k_cache"], block_table, filled, P, leaning.mul_(key_scale), canary.sink)
 
     outputs = {a.name: (resolve_shape(a.shape, sizes), arg_dtype(a.dtype, case)) for a in op.outputs}
     return CaseInputs(op, args, outputs, slots, row_seq, sizes, input_spec(case))
@@ -333,27 +333,42 @@ def _leaning(rope_cos: torch.Tensor, rope_sin: torch.Tensor) -> torch.Tensor:
 def _lean_cached(k_cache: torch.Tensor, block_table: torch.Tensor, filled: list[int], P: int,
                  leaning: torch.Tensor, sink: float) -> None:
     """Every context key gets the leaning of its position (float32 sum, rounded once); the one at
-    position 0 also ``sink`` on the shared pair."""
-    slots, positions = [], []
-    for b, count in enumerate(filled):
-        if count > 0:
-            pos = torch.arange(count, device=k_cache.device)
-            slots.append(block_table[b, pos // P].to(torch.int64) * P + pos % P)
-            positions.append(pos)
-    if not slots:
-        return
-    slot, pos = torch.cat(slots), torch.cat(positions)
+    position 0 also ``sink`` on the shared pair.  ``block_table``: the host's."""
+    lean = leaning.clone()                  # the extra of each position: leaning, and the sink at 0
+    first = torch.arange(len(lean), device=lean.device) == 0
+    for d in _pair(lean.shape[-1]):
+        lean[:, d] += first * sink
     rows = k_cache.view(-1, *k_cache.shape[-2:])
-    for start in range(0, slot.numel(), _LEAN_ROWS):    # float32 temporaries of a slice, not of the cache
-        s, p = slot[start:start + _LEAN_ROWS], pos[start:start + _LEAN_ROWS]
-        extra = leaning[p]
-        first = p == 0
-        for d in _pair(extra.shape[-1]):
-            extra[:, d] += first * sink
-        rows[s] = (rows[s].float() + extra[:, None, :]).to(rows.dtype)
+    runs = _context_runs(block_table, filled, P)
+    # Runs of consecutive slots, a slice at a time through one float32 buffer: no gather, no
+    # scatter, no fresh temporaries (they cost more in page faults than the sums).  In order, so
+    # a slot that several positions share (block_value) gets each one's leaning in turn, the same
+    # on every thread count and device.
+    buffer = torch.empty(min(_LEAN_ROWS, max(count for _, _, count in runs)), *rows.shape[1:],
+                         dtype=torch.float32, device=rows.device) if runs else None
+    for slot, pos, count in runs:
+        for at in range(0, count, _LEAN_ROWS):
+            n = min(_LEAN_ROWS, count - at)
+            target, wide = rows[slot + at:slot + at + n], buffer[:n]
+            wide.copy_(target).add_(lean[pos + at:pos + at + n, None, :])
+            target.copy_(wide)
 
 
-_LEAN_ROWS = 4096   # context rows leaned at a time: the memory plan's generation transient holds it
+def _context_runs(block_table: torch.Tensor, filled: list[int], P: int) -> list[tuple[int, int, int]]:
+    """(first slot, first position, rows) of each run of context rows on consecutive slots."""
+    table = block_table.tolist()
+    runs: list[tuple[int, int, int]] = []
+    for b, count in enumerate(filled):
+        for pos in range(0, count, P):
+            slot, n = table[b][pos // P] * P, min(P, count - pos)
+            if pos and runs[-1][0] + runs[-1][2] == slot:      # the page after the sequence's last one
+                runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + n)
+            else:
+                runs.append((slot, pos, n))
+    return runs
+
+
+_LEAN_ROWS = 256        # context rows leaned at a time: a float32 buffer of 1 MiB for a qwen3 row (8 x 128)
 
 
 def _query(q: torch.Tensor, leaning: torch.Tensor, spread: float) -> torch.Tensor:
