@@ -65,9 +65,11 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch's intra-op threads (1: the CPU time below is all of a case's work)")
+                        help="torch's intra-op threads (1: the CPU time below is all of a case's work; "
+                             "0: torch's default, as a worker runs)")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     chosen = cases(args.cases)
     device = Device("cpu")
     be, loader = backend(device), KernelLoader()
