@@ -1,6 +1,6 @@
 """What ``--intermediates always`` costs beside ``off`` on the tiny matrices (docs/intermediates.md).
 
-    python bench/bench_intermediates.py [--cases 30] [--rounds 3]
+    python bench/bench_intermediates.py [--cases 30] [--rounds 3] [--threads 1]
 
 Runs the same cases of the shipped tier-ci matrices (every case's kernel replaced by the
 reference, which dumps every intermediate) through the worker's ``execute_case`` in this
@@ -8,7 +8,10 @@ process, rounds of ``off`` and ``always`` interleaved (the order alternating), g
 from one warm golden cache as a worker reads them.  Prints ms/case of each round, the median
 and minimum of each mode and their ratios, the time the dump path itself took inside the
 ``always`` rounds (a figure the load moves less than the difference of two rounds), and the
-load average before and after (the machine is shared).
+load average before and after (the machine is shared).  Beside the wall clock it reports this
+thread's CPU time per case (``time.thread_time``): with torch on ``--threads 1`` (the default)
+that is every cycle a case costs, and on a shared machine it moves far less with the load than
+the wall clock, which counts the time the scheduler gave to others.
 """
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ import statistics
 import tempfile
 import time
 from dataclasses import replace
+
+import torch
 
 from harness.casefiles.matrix import load_paths
 from harness.devices import Device, backend
@@ -31,18 +36,19 @@ class Timed:
     part of an ``always`` case that ``off`` does not pay, measured inside the same run."""
 
     def __init__(self) -> None:
-        self.seconds = 0.0
+        self.seconds = self.cpu_seconds = 0.0
         for name in ("__call__", "read_folder"):
             real = getattr(dumps.Collector, name)
             setattr(dumps.Collector, name, self._wrap(real))
 
     def _wrap(self, real):
         def timed(*args, **kwargs):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             try:
                 return real(*args, **kwargs)
             finally:
                 self.seconds += time.perf_counter() - start
+                self.cpu_seconds += time.thread_time() - start_cpu
         return timed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,33 +64,47 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cases", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch's intra-op threads (1: the CPU time below is all of a case's work; "
+                             "0: torch's default, as a worker runs)")
     args = parser.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     chosen = cases(args.cases)
     device = Device("cpu")
     be, loader = backend(device), KernelLoader()
-    print(f"load before: {os.getloadavg()}; {len(chosen)} cases: "
+    print(f"load before: {os.getloadavg()}; torch threads {torch.get_num_threads()}; {len(chosen)} cases: "
           f"{', '.join(sorted({c.op for c in chosen}))}")
     with tempfile.TemporaryDirectory() as root:
         cache = GoldenCache(root)
         for c in chosen:                       # warm: goldens in the cache, imports done
             execute_case(c, device, be, cache, loader, intermediates="always")
         times: dict[str, list[float]] = {"off": [], "always": []}
-        timed, dumped = Timed(), []
+        cpu: dict[str, list[float]] = {"off": [], "always": []}
+        timed, dumped, dumped_cpu = Timed(), [], []
         for r in range(args.rounds):
             for mode in (("off", "always") if r % 2 == 0 else ("always", "off")):
-                start, before = time.perf_counter(), timed.seconds
+                start, start_cpu = time.perf_counter(), time.thread_time()
+                before, before_cpu = timed.seconds, timed.cpu_seconds
                 for c in chosen:
                     reply = execute_case(c, device, be, cache, loader, intermediates=mode)
                     assert reply.failure is None and reply.outcome.passed, (c.case_id, reply.summary)
                 times[mode].append((time.perf_counter() - start) / len(chosen) * 1e3)
+                cpu[mode].append((time.thread_time() - start_cpu) / len(chosen) * 1e3)
                 if mode == "always":
                     dumped.append((timed.seconds - before) / len(chosen) * 1e3)
-            print(f"round {r}: off {times['off'][-1]:.2f} ms/case, always {times['always'][-1]:.2f} ms/case")
-    for name, pick in (("median", statistics.median), ("min", min)):
-        off, always = pick(times["off"]), pick(times["always"])
-        print(f"{name}: off {off:.2f} ms/case, always {always:.2f} ms/case, ratio {always / off:.3f}")
+                    dumped_cpu.append((timed.cpu_seconds - before_cpu) / len(chosen) * 1e3)
+            print(f"round {r}: off {times['off'][-1]:.2f} ms/case, always {times['always'][-1]:.2f} ms/case; "
+                  f"CPU off {cpu['off'][-1]:.2f}, always {cpu['always'][-1]:.2f} ms/case")
+    for clock, figures in (("wall", times), ("CPU", cpu)):
+        for name, pick in (("median", statistics.median), ("min", min)):
+            off, always = pick(figures["off"]), pick(figures["always"])
+            print(f"{clock} {name}: off {off:.2f} ms/case, always {always:.2f} ms/case, ratio {always / off:.3f}")
     always, dump = statistics.median(times["always"]), statistics.median(dumped)
     print(f"inside the always rounds: the dump path {dump:.2f} ms/case of {always:.2f} "
+          f"(always / (always - dumps) = {always / (always - dump):.3f})")
+    always, dump = statistics.median(cpu["always"]), statistics.median(dumped_cpu)
+    print(f"  in CPU time: the dump path {dump:.2f} ms/case of {always:.2f} "
           f"(always / (always - dumps) = {always / (always - dump):.3f})")
     print(f"load after: {os.getloadavg()}")
 

@@ -317,7 +317,7 @@ def _digest(tensors: Mapping[str, torch.Tensor]) -> str:
     for name in sorted(tensors):
         t = tensors[name].contiguous()
         digest.update(f"{name}:{_dtype_name(t.dtype)}:{tuple(t.shape)}\0".encode())
-        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        digest.update(t.view(torch.uint8).numpy() if t.numel() else b"")    # its buffer: no copy
     return digest.hexdigest()
 
 

@@ -15,6 +15,7 @@ written).
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from harness.intermediates.spec import Intermediate
-from harness.worker.ratio_allclose import ratio_allclose, summarise_localisation
+from harness.worker.ratio_allclose import intra_op_threads, ratio_allclose, summarise_localisation
 
 # the precision tool's thresholds: relative error above 1/1000 and above 5/1000
 THRESHOLDS = (0.001, 0.005)
@@ -72,7 +73,18 @@ class Row:
 
 def measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exact: torch.Tensor | None, *,
             atol: float, rtol: float, max_error_ratio: float, rows: torch.Tensor | None = None) -> Measurement:
-    """Compare ``actual`` (any float dtype, on any device) with ``golden`` (fp32/fp64, same shape)."""
+    """Compare ``actual`` (any float dtype, on any device) with ``golden`` (fp32/fp64, same shape).
+
+    On one CPU thread, as ``ratio_allclose`` walks: a tiny intermediate's dot product and norms
+    on the machine's OpenMP threads cost ten times the rest of the comparison on a busy box, and
+    their last bits depended on the thread count (bench/bench_intermediates.py)."""
+    with torch.no_grad(), intra_op_threads(1):
+        return _measure(item, actual, golden, exact, atol=atol, rtol=rtol, max_error_ratio=max_error_ratio,
+                        rows=rows)
+
+
+def _measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exact: torch.Tensor | None, *,
+             atol: float, rtol: float, max_error_ratio: float, rows: torch.Tensor | None) -> Measurement:
     device = actual.device
     g = golden.to(device)
     slack = None if exact is None else (exact.to(device=device, dtype=g.dtype) - g).abs()
@@ -85,28 +97,35 @@ def measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exac
     # fp32 (fp64 when either side is): what ratio_allclose compares in
     wide = torch.float64 if torch.float64 in (a.dtype, e.dtype) else torch.float32
     af, ef = a.to(wide).flatten(), e.to(wide).flatten()
-    a_finite = torch.isfinite(af)
-    finite = a_finite & torch.isfinite(ef)
-    nonfinite = int(af.numel() - int(a_finite.sum()))
-    diff = (af - ef).abs()
-    rel = torch.where(diff == 0, torch.zeros_like(diff), diff / ef.abs())     # a != e == 0: inf
     n = max(int(af.numel()), 1)
-    all_finite = nonfinite == 0 and bool(finite.all())
-    fa, fe, fd, fr = (af, ef, diff, rel) if all_finite else (af[finite], ef[finite], diff[finite], rel[finite])
+    # max abs / max rel over the finite pairs and the NaN/Inf counts are ratio_allclose's own (the
+    # same definitions); only a pair with a NaN/Inf makes the metrics below mask them out
+    unfinite = 0
+    if cmp.nonfinite_actual or cmp.nonfinite_expected:
+        finite = torch.isfinite(af) & torch.isfinite(ef)
+        unfinite = int(finite.numel()) - int(finite.sum())
+        af, ef = af[finite], ef[finite]
+    # |a - e| / |e|: inf where a != e == 0, NaN where both are 0 (not above any threshold, as 0 is not)
+    rel = (af - ef).abs_().div_(ef.abs())
+    # one transfer to the host for every count and norm
+    stats = torch.stack([*(torch.count_nonzero(rel > t) for t in THRESHOLDS),
+                         *((af.norm(), ef.norm()) if af.numel() else ())]).tolist()
     metrics: dict[str, Any] = {
-        "cosine": _cosine(fa, fe),
-        "max_abs": float(fd.max()) if fd.numel() else math.nan,
-        "max_rel": float(fr.max()) if fr.numel() else math.nan,
-        **{f"over_{t:g}": float(((rel > t) | ~finite).sum()) / n for t in THRESHOLDS},
+        "cosine": _cosine(af, ef, *stats[len(THRESHOLDS):]),
+        "max_abs": cmp.max_abs_error,
+        "max_rel": cmp.max_rel_error,
+        **{f"over_{t:g}": float(int(c) + unfinite) / n for t, c in zip(THRESHOLDS, stats)},
         "bad_ratio": cmp.bad_ratio, "bad_count": cmp.bad_count, "numel": cmp.numel,
         "atol": atol, "rtol": rtol, "max_error_ratio": max_error_ratio,
     }
-    bit_exact = a.is_floating_point() and any(torch.equal(a, e.to(d).to(a.dtype)) for d in _stored_as(a.dtype))
-    note = f"{nonfinite} NaN/Inf" if nonfinite else ""
-    return Measurement(item.name, cmp.passed, bit_exact and cmp.passed, str(actual.dtype).removeprefix("torch."),
+    # bit-exact counts only for a passing intermediate: a failing one skips the roundings
+    bit_exact = cmp.passed and a.is_floating_point() and any(torch.equal(a, e.to(d).to(a.dtype)) for d in _stored_as(a.dtype))
+    note = f"{cmp.nonfinite_actual} NaN/Inf" if cmp.nonfinite_actual else ""
+    return Measurement(item.name, cmp.passed, bit_exact, str(actual.dtype).removeprefix("torch."),
                        metrics, dict(cmp.localisation), note)
 
 
+@functools.lru_cache(maxsize=None)
 def _stored_as(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
     """The dtypes a dump of ``dtype`` may hold values of: its own, or a narrower one upcast before dumping
     (a bf16 row written out as fp32 is still bit-exact when it is the golden rounded to bf16)."""
@@ -115,10 +134,10 @@ def _stored_as(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
     return (dtype, *(d for d in narrower if d != dtype and torch.empty((), dtype=d).element_size() < size))
 
 
-def _cosine(a: torch.Tensor, e: torch.Tensor) -> float:
+def _cosine(a: torch.Tensor, e: torch.Tensor, na: float = math.nan, ne: float = math.nan) -> float:
+    """``na``, ``ne``: the norms of ``a`` and ``e``, already on the host."""
     if a.numel() == 0:
         return math.nan
-    na, ne = float(a.norm()), float(e.norm())
     if na == 0 or ne == 0:
         return 1.0 if na == ne else 0.0
     return float((a @ e) / (na * ne))

@@ -767,6 +767,9 @@ def _intra_op_threads(n: int):
         torch.set_num_threads(before)
 
 
+intra_op_threads = _intra_op_threads    # for callers whose tiny ops should not wake OpenMP either
+
+
 def _compared_per_index(shape: tuple[int, ...], dim: int,
                         mask: torch.Tensor | None) -> torch.Tensor:
     """Compared elements at each index of ``dim`` (float64), from shape and rows only."""

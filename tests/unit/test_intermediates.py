@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import sys
 import weakref
 from dataclasses import replace
@@ -117,6 +118,42 @@ def test_metrics_of_a_known_difference():
     assert m.metrics["max_abs"] == pytest.approx(0.01, rel=1e-5) and m.metrics["max_rel"] == pytest.approx(0.01, rel=1e-5)
     assert 0.9999 < m.metrics["cosine"] < 1.0
     assert m.localisation["row"] == (0.125, 0.125) and m.localisation["kv_head"] == (0.125, 0.125)
+
+
+def test_metrics_count_nan_and_inf_pairs_over_every_threshold_and_skip_masked_rows():
+    item = intermediates("rope_kv_write")[4]            # v [rows, Hkv, D]
+    golden = torch.ones(3, 2, 4)
+    golden[1, 1, 1] = golden[1, 1, 2] = 0.0
+    actual = golden.clone()
+    actual[0, 0, 0], actual[0, 0, 1] = math.nan, math.inf  # two non-finite pairs: over both thresholds
+    actual[1, 0, 0] = 1.002                               # over 1/1000 only
+    actual[1, 1, 2] = 0.5                                 # against a zero golden: relative error inf
+    actual[2] = math.nan                                  # a padding row: not compared at all
+    m = measure(item, actual, golden, None, atol=1e-3, rtol=0.0, max_error_ratio=0.0,
+                rows=torch.tensor([True, True, False]))
+    assert not m.passed and m.note == "2 NaN/Inf" and m.metrics["numel"] == 16
+    assert m.metrics["over_0.001"] == 4 / 16 and m.metrics["over_0.005"] == 3 / 16
+    assert m.metrics["max_abs"] == 0.5 and m.metrics["max_rel"] == math.inf
+    finite = torch.isfinite(actual[:2]).flatten()
+    a, e = actual[:2].flatten()[finite].double(), golden[:2].flatten()[finite].double()
+    assert m.metrics["cosine"] == pytest.approx(float(a @ e / (a.norm() * e.norm())), rel=1e-6)
+
+
+def test_metrics_do_not_depend_on_torchs_thread_count():
+    item = intermediates("fused_rope_decode_attention")[5]     # attn [rows, Hq, D]
+    gen = torch.Generator().manual_seed(3)
+    golden = torch.randn(64, 8, 128, generator=gen)
+    actual = golden + 1e-3 * torch.randn(64, 8, 128, generator=gen)
+    before = torch.get_num_threads()
+    try:
+        seen = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            seen.append(measure(item, actual, golden, None, atol=1e-2, rtol=1e-2, max_error_ratio=0.0).metrics)
+            assert torch.get_num_threads() == threads             # the caller's setting is put back
+    finally:
+        torch.set_num_threads(before)
+    assert seen[0] == seen[1]
 
 
 def test_bit_exact_means_the_golden_rounded_to_the_dumps_dtype():
