@@ -52,13 +52,15 @@ def kill_group(pgid: int) -> None:
     trace.log.debug("process group %d: SIGKILL (what was left of it)", pgid)
 
 
-def children(pid: int) -> set[int]:
+def children(pid: int, tasks: list[str] | None = None) -> set[int]:
     """The running children of ``pid`` (Linux ``/proc``; an empty set elsewhere, or once it is gone);
-    zombies (ended, not yet reaped) are left out."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return set()
+    zombies (ended, not yet reaped) are left out.  ``tasks``: its thread ids, where the caller has
+    listed them already."""
+    if tasks is None:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return set()
     found: set[int] = set()
     for tid in tasks:
         try:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import trace
+from harness.processes import process_state
 
 OUTPUT_CAP_BYTES = 8 << 20       # per command: its first and last 4 MiB kept
 TERM_GRACE_S = 3.0
@@ -115,7 +116,7 @@ def kill_session(sid: int, grace_s: float = TERM_GRACE_S) -> int:
                 pass
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            if not [p for p in session_members(sid) if not _zombie(p)]:
+            if not [p for p in session_members(sid) if process_state(p) not in ("Z", "")]:   # gone or zombies
                 return len(members)
             time.sleep(0.02)
         members = session_members(sid) or members
@@ -137,15 +138,6 @@ def _drained(capture: "_Capture") -> bool:
     """Whether the output pipe was closed by everyone once the leader ended (nobody still holds it)."""
     capture.join(_HELD_S)
     return not capture.is_alive()
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return True
-    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] == b"Z"
 
 
 class Sessions:

@@ -143,9 +143,10 @@ def since(start: Mark | None, pids: set[int]) -> DeviceLog | None:
 
 def excerpt(text: str, cap: int = EXCERPT_CAP) -> tuple[str, bool]:
     """Error lines and exception blocks first (in their order), then the other lines, to ``cap``."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    first = [line for line in lines if _FIRST.search(line)]
-    rest = [line for line in lines if not _FIRST.search(line)]
+    first, rest = [], []
+    for line in text.splitlines():
+        if line.strip():
+            (first if _FIRST.search(line) else rest).append(line)
     out, size = [], 0
     for line in first + (["-- other lines --"] + rest if rest else []):
         if size + len(line) + 1 > cap:

@@ -180,6 +180,14 @@ class Engine:
         interrupted = threading.Event()     # what a case comes to once its worker is killed for it is not its result
         errors: list[BaseException] = []
 
+        def record(p: Planned, batch: list[Result]) -> None:
+            """Keep ``p``'s results as ``on_result`` records them (it may return a replacement,
+            e.g. with its ref set); called under the callback lock."""
+            kept = results[p.index] = []
+            for result in batch:
+                recorded = on_result(p, result) if on_result else None
+                kept.append(recorded if isinstance(recorded, Result) else result)
+
         def drain(worker: DeviceWorker) -> None:
             try:
                 while not stop.is_set():
@@ -204,13 +212,7 @@ class Engine:
                         return
                     batch = got if isinstance(got, list) else [got]
                     with self._lock:
-                        kept = results[p.index] = []
-                        for result in batch:
-                            if on_result:   # may return the result as recorded (e.g. with its ref set)
-                                recorded = on_result(p, result)
-                                if isinstance(recorded, Result):
-                                    result = recorded
-                            kept.append(result)
+                        record(p, batch)
                     if self.options.exitfirst and batch[0].outcome.failed:
                         stop.set()
             except BaseException as exc:  # surfaced in the caller's thread
@@ -243,13 +245,9 @@ class Engine:
             except queue.Empty:
                 break
             lost = [w for w in self.workers if w.lost]
-            result = lost_result(p.case, p.repeat, lost[0].device, "; ".join(f"{w.device}: {w.lost}" for w in lost))
             with self._lock:
-                if on_result:
-                    recorded = on_result(p, result)
-                    if isinstance(recorded, Result):
-                        result = recorded
-                results[p.index] = [result]
+                record(p, [lost_result(p.case, p.repeat, lost[0].device,
+                                       "; ".join(f"{w.device}: {w.lost}" for w in lost))])
         return [r for p in items if p.index in results for r in results[p.index]]
 
 

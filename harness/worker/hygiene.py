@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from harness.outcomes import CHECK_PRECEDENCE, Outcome
-from harness.processes import kill_tree, process_state, reap
+from harness.processes import children, kill_tree, reap
 from harness.worker import checks as checks_module
 from harness.worker import hooks
 from harness.worker import input_guard as input_guard_module
@@ -126,17 +126,6 @@ def _tasks() -> list[str]:
         return []
 
 
-def _children(tasks: list[str]) -> frozenset[int]:
-    pids: set[int] = set()
-    for tid in tasks:
-        try:
-            with open(f"/proc/self/task/{tid}/children") as f:
-                pids.update(int(p) for p in f.read().split())
-        except (OSError, ValueError):
-            continue
-    return frozenset(p for p in pids if process_state(p) not in ("Z", "X", ""))
-
-
 def _process_name(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -149,7 +138,7 @@ def _running() -> dict[str, frozenset[int]]:
     """The threads and child processes running now (``Snapshot``'s last three fields)."""
     tasks = _tasks()
     return dict(threads=frozenset(t.ident for t in threading.enumerate() if t.ident is not None),
-                native_threads=frozenset(int(t) for t in tasks), children=_children(tasks))
+                native_threads=frozenset(int(t) for t in tasks), children=frozenset(children(os.getpid(), tasks)))
 
 
 def snapshot() -> Snapshot:
