@@ -73,7 +73,8 @@ def survivor_reason(operator: Operator, cases: Sequence[Case], baseline: Mapping
         case = passing[0]
         name = OPS[case.op].outputs[0].name
         tol = case.tolerance_for(name)
-        return (f"the tolerance on `{name}` (atol {tol.atol:g}, rtol {tol.rtol:g}, max_error_ratio "
+        scaled = f" scaled to {tol.atol_rms:g} x row RMS" if tol.atol_rms is not None else ""
+        return (f"the tolerance on `{name}` (atol {tol.atol:g}{scaled}, rtol {tol.rtol:g}, max_error_ratio "
                 f"{tol.max_error_ratio:g}) admits it")
     return f"all {len(passing)} passing case(s) it applies to still pass with it"
 

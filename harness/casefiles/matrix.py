@@ -381,7 +381,9 @@ def _resolve_tolerance(spec: ToleranceSpec | None, args, op: str, in_case: str,
         return {}
     names = [a.name for a in args]
 
-    def resolved(name: str, fields: dict[str, float]) -> Tolerance:
+    def resolved(name: str, fields: dict[str, float | None]) -> Tolerance:
+        if "atol" in fields and "atol_rms" not in fields:      # an atol given is the atol: not scaled
+            fields = {**fields, "atol_rms": None}
         return replace(default_tolerance(op, name, precision), **fields)
 
     if spec.flat is not None:

@@ -208,12 +208,12 @@ class Value:
     where: Where
 
 
-TOLERANCE_FIELDS = ("atol", "rtol", "max_error_ratio", "argmax_margin")
+TOLERANCE_FIELDS = ("atol", "rtol", "max_error_ratio", "argmax_margin", "atol_rms")
 
 
 @dataclass(frozen=True)
 class ToleranceSpec:
-    flat: dict[str, float] | None                 # one set of fields for every output and cache
+    flat: dict[str, float | None] | None                 # one set of fields for every output and cache
     per: dict[str, dict[str, float]] | None       # output/cache name -> fields
     where: Where
     name_where: dict[str, Where]                  # per: where each name is; flat: where each field is
@@ -228,6 +228,8 @@ def _tolerance_fields(n: Node) -> tuple[dict[str, float], dict[str, Any]]:
     for key, child in n.value.items():
         if key == "max_error_ratio":
             fields[key] = _float(child, minimum=0.0, maximum=1.0)
+        elif key == "atol_rms":          # null: atol as given, not scaled to the signal
+            fields[key] = None if child.kind == "scalar" and child.value is None else _float(child, positive=True)
         else:
             fields[key] = _float(child, minimum=0.0)
         plain[key] = child.value

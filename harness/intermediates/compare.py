@@ -72,7 +72,8 @@ class Row:
 
 
 def measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exact: torch.Tensor | None, *,
-            atol: float, rtol: float, max_error_ratio: float, rows: torch.Tensor | None = None) -> Measurement:
+            atol: float, rtol: float, max_error_ratio: float, rows: torch.Tensor | None = None,
+            atol_rms: float | None = None) -> Measurement:
     """Compare ``actual`` (any float dtype, on any device) with ``golden`` (fp32/fp64, same shape).
 
     On one CPU thread, as ``ratio_allclose`` walks: a tiny intermediate's dot product and norms
@@ -80,16 +81,17 @@ def measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exac
     their last bits depended on the thread count (bench/bench_intermediates.py)."""
     with torch.no_grad(), intra_op_threads(1):
         return _measure(item, actual, golden, exact, atol=atol, rtol=rtol, max_error_ratio=max_error_ratio,
-                        rows=rows)
+                        rows=rows, atol_rms=atol_rms)
 
 
 def _measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exact: torch.Tensor | None, *,
-             atol: float, rtol: float, max_error_ratio: float, rows: torch.Tensor | None) -> Measurement:
+             atol: float, rtol: float, max_error_ratio: float, rows: torch.Tensor | None,
+             atol_rms: float | None = None) -> Measurement:
     device = actual.device
     g = golden.to(device)
     slack = None if exact is None else (exact.to(device=device, dtype=g.dtype) - g).abs()
     cmp = ratio_allclose(actual, g, atol=atol, rtol=rtol, max_error_ratio=max_error_ratio, name=item.name,
-                         axes=item.axes, rows=rows, slack=slack)
+                         axes=item.axes, rows=rows, slack=slack, atol_rms=atol_rms)
     a, e = actual, g
     if rows is not None and not bool(rows.all()):
         keep = rows.to(device)

@@ -257,7 +257,8 @@ def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.
     groups = {"batch": (0, ci.row_seq)} if case.op == "prefill_attention" else None
     slack = rounding_slack(actual, expected, exact, tol)
     cmp = ratio_allclose(actual, expected, atol=tol.atol, rtol=tol.rtol, max_error_ratio=tol.max_error_ratio,
-                         name=name, axes=axes, groups=groups, rows=rows, slack=slack, stored=stored_dtype(actual))
+                         name=name, axes=axes, groups=groups, rows=rows, slack=slack, stored=stored_dtype(actual),
+                         atol_rms=tol.atol_rms)
     metrics["compare"][name] = _with_spread(cmp.to_metrics(), expected, exact)
     if not cmp.passed:
         findings.append(Finding(Outcome.MISMATCH, _mismatch_line(cmp) + stray_reads.hint(ci, name, actual, compared),
@@ -355,6 +356,7 @@ def _cache_findings(case: Case, ci: CaseInputs, name: str, before: torch.Tensor,
             name=f"{name} rows", axes=("layer", "row", "kv_head", None),
             groups={"page": (1, written // P), "batch": (1, ci.row_seq[valid])},
             slack=rounding_slack(actual, expected, exact, tol), stored=stored_dtype(actual),
+            atol_rms=tol.atol_rms,
         )
         metrics["compare"][name] = _with_spread(cmp.to_metrics(), expected, exact)
         if not cmp.passed:

@@ -92,7 +92,8 @@ class Collector:
         tol = self.case.tolerance_for(tolerance_output(self.ci.op.name, item))
         with torch.no_grad():
             self.measured[name] = measure(item, tensor.detach(), golden[0], golden[1], atol=tol.atol,
-                                          rtol=tol.rtol, max_error_ratio=tol.max_error_ratio, rows=self.row_mask)
+                                          rtol=tol.rtol, max_error_ratio=tol.max_error_ratio, rows=self.row_mask,
+                                          atol_rms=tol.atol_rms)
 
     def valid(self) -> str:
         if self.ci.op.name == "decode_layers":

@@ -228,7 +228,7 @@ def _passes(case: Case, name: str, actual: torch.Tensor, expected: torch.Tensor,
     tol = case.tolerance_for(name)     # the checks' own bound (harness/worker/checks.py), or a hint could disagree
     return ratio_allclose(actual, expected, atol=tol.atol, rtol=tol.rtol, max_error_ratio=tol.max_error_ratio,
                           name=name, rows=rows, slack=rounding_slack(actual, expected, exact, tol),
-                          stored=stored_dtype(actual)).passed
+                          stored=stored_dtype(actual), atol_rms=tol.atol_rms).passed
 
 
 def _nbytes(args: dict[str, Any]) -> int:

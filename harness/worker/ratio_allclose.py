@@ -20,6 +20,12 @@ Semantics
   is never bad, whatever atol and rtol say, and neither is the rounding of any
   value within ``atol / 2`` of ``e`` (docs/contracts.md "Tolerances and the
   rounding of the stored value");
+* with ``atol_rms=`` (a fraction, > 0) ``atol`` scales with the signal: each
+  element's atol is ``atol_rms`` times the RMS of its row of ``expected`` (the
+  last dim: one head's ``D`` values), at most ``atol`` and at least
+  ``atol / ATOL_RMS_FLOOR`` (docs/contracts.md "The bound follows the signal");
+  every other term above uses that atol.  A row's RMS is taken of ``expected``
+  alone, so the bound cannot be moved by the values under test;
 * an element where either side is NaN or +-Inf is bad too, and any such element
   fails the comparison whatever ``max_error_ratio`` says;
 * it passes when ``bad_count <= round(max_error_ratio * numel)`` and nothing is
@@ -67,6 +73,8 @@ a non-zero or a non-total share)::
   half ulp when given) at the index of the greatest absolute difference.
 * With ``stored=`` the headline ends ``, at least half a bfloat16 ulp + atol``
   (or float16).
+* With ``atol_rms=`` the atol reads ``atol 0.003 scaled to 0.02 x row RMS (down to
+  0.000432)``: the cap, the fraction and the smallest atol of a compared row.
 * Both "greatest" lines are over pairs where both sides are finite; with no
   such pair they read ``none (no finite pairs compared)``.
 * ``worst elements``: up to 5 bad elements, largest ``|diff|`` first (NaN and
@@ -107,7 +115,12 @@ import torch
 
 from harness.outcomes import Outcome
 
-__all__ = ["Comparison", "ULP_DTYPES", "half_ulp", "ratio_allclose", "summarise_localisation"]
+__all__ = ["ATOL_RMS_FLOOR", "Comparison", "ULP_DTYPES", "half_ulp", "ratio_allclose", "row_atol",
+           "summarise_localisation"]
+
+# ``atol_rms`` shrinks a row's atol at most this many times: a row whose golden is (nearly) all
+# zeros keeps a bound a correct kernel's accumulation error fits in, not zero.
+ATOL_RMS_FLOOR = 16
 
 Index = tuple[int, ...]
 
@@ -187,6 +200,10 @@ class Comparison:
     map: dict[str, Any] | None = None
     # The dtype whose half ulp at |e| (plus atol) floors every bound (``stored=``): "bfloat16", "float16", or None.
     stored_ulp: str | None = None
+    # ``atol_rms=``: the fraction of a row's RMS that is its atol (capped at ``atol``), and the
+    # smallest atol of any compared row; None without it.
+    atol_rms: float | None = None
+    atol_min: float | None = None
 
     @property
     def bad_ratio(self) -> float:
@@ -245,8 +262,15 @@ class Comparison:
         return (f"{self.name}: {self.outcome.value} {self.bad_count} / {self.numel} elements bad "
                 f"({_pct(self.bad_ratio)}), allowed {self.allowed_bad} "
                 f"(max_error_ratio {_num(self.max_error_ratio)}) "
-                f"with atol {_num(self.atol)}, rtol {_num(self.rtol)}"
+                f"with atol {_num(self.atol)}{self._scaled()}, rtol {_num(self.rtol)}"
                 + (f", at least half a {self.stored_ulp} ulp + atol" if self.stored_ulp else ""))
+
+
+    def _scaled(self) -> str:
+        if self.atol_rms is None:
+            return ""
+        low = f" (down to {_num(self.atol_min)})" if self.atol_min is not None and self.atol_min < self.atol else ""
+        return f" scaled to {_num(self.atol_rms)} x row RMS{low}"
 
 
 def _plain(value: Any) -> Any:
@@ -857,7 +881,8 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
                    axes: Sequence[str | None] | None = None,
                    groups: Mapping[str, tuple[int, Any]] | None = None,
                    rows: Any = None, chunk_elems: int = 1 << 18,
-                   slack: torch.Tensor | None = None, stored: torch.dtype | None = None) -> Comparison:
+                   slack: torch.Tensor | None = None, stored: torch.dtype | None = None,
+                   atol_rms: float | None = None) -> Comparison:
     """Compare ``actual`` with ``expected``; see the module docstring for the semantics.
 
     axes:   one entry per dim, a name or None; localise by every named dim.
@@ -868,6 +893,8 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
     stored: the dtype ``actual`` was stored in (a key of ``ULP_DTYPES``): every element's bound
             admits at least half an ulp of it at ``|e|`` plus ``atol``, so the correct rounding of
             ``e`` (or of any value within ``atol / 2`` of it) is never bad.
+    atol_rms: each row's atol is this fraction of the RMS of ``expected``'s row (its last dim),
+            between ``atol / ATOL_RMS_FLOOR`` and ``atol`` (``row_atol``).
     """
     _validate_tensors(actual, expected)
     atol = _valid_tolerance("atol", atol)
@@ -886,16 +913,30 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
         slack = slack.to(expected.device)
     if stored is not None and stored not in ULP_DTYPES:
         raise ValueError(f"stored must be one of {', '.join(map(str, ULP_DTYPES))}, got {stored!r}")
+    if atol_rms is not None:
+        atol_rms = _valid_tolerance("atol_rms", atol_rms)
+        if atol_rms == 0:
+            raise ValueError("atol_rms must be > 0 (None: atol not scaled), got 0")
     if caller_ndim == 0:
         actual, expected, shape = actual.reshape(1), expected.reshape(1), (1,)
         slack = None if slack is None else slack.reshape(1)
+    atol_min = None
+    if atol_rms is not None:
+        # The per-row atol enters as slack over the smallest row's atol: the bound
+        # max(lo + rtol|e|, half_ulp + lo) + (row - lo) is the row's own, term for term.
+        per_row = row_atol(expected, atol, atol_rms)
+        compared = per_row if mask is None or per_row.dim() == 0 else per_row[mask.to(per_row.device)]
+        atol_min = float(compared.min()) if compared.numel() else atol
+        extra = (per_row - atol_min).unsqueeze(-1).expand(shape)
+        slack = extra if slack is None else slack + extra
 
     dtype = torch.float64 if torch.float64 in (actual.dtype, expected.dtype) else torch.float32
     runs = _runs(mask, shape[0])
     numel = sum(stop - start for start, stop in runs) * math.prod(shape[1:])
     layout = _Layout.plan(shape, chunk_elems)
     loc_dims = set(named) | {dim for dim, _ in group_specs.values()}
-    walk = _Walk(layout, dtype, actual.dtype, expected.dtype, actual.device, atol, rtol,
+    walk = _Walk(layout, dtype, actual.dtype, expected.dtype, actual.device,
+                 atol if atol_min is None else atol_min, rtol,
                  loc_dims, numel, caller_ndim, _map_dims(named, shape), slack, stored)
     if numel:
         with torch.no_grad(), _intra_op_threads(1):
@@ -939,4 +980,25 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
         localisation=localisation,
         map=_map(walk, named, shape, mask),
         stored_ulp=None if stored is None else str(stored).removeprefix("torch."),
+        atol_rms=atol_rms,
+        atol_min=atol_min,
     )
+
+
+def row_atol(expected: torch.Tensor, atol: float, atol_rms: float, chunk_rows: int = 1 << 14) -> torch.Tensor:
+    """Each row's atol for ``atol_rms``: ``atol_rms`` x the RMS of ``expected`` over its last dim,
+    clamped to [atol / ATOL_RMS_FLOOR, atol]; shape ``expected.shape[:-1]`` (fp32 or fp64), on
+    its device.  Rows are summed a slice of dim 0 at a time, so no full-size copy is made; a row
+    with a NaN or Inf gets ``atol`` (the comparison fails on the non-finite element anyway)."""
+    wide = torch.float64 if expected.dtype == torch.float64 else torch.float32
+    e = expected.reshape(1) if expected.dim() == 0 else expected
+    width = max(e.shape[-1], 1)
+    out = torch.empty(e.shape[:-1], dtype=wide, device=e.device)
+    with torch.no_grad():
+        if e.dim() == 1:
+            out.copy_(torch.linalg.vector_norm(e, dtype=wide))
+        for start in range(0, e.shape[0] if e.dim() > 1 else 0, chunk_rows):
+            torch.linalg.vector_norm(e[start:start + chunk_rows], dim=-1, dtype=wide, out=out[start:start + chunk_rows])
+        out.div_(math.sqrt(width)).mul_(atol_rms)
+        out.nan_to_num_(nan=atol, posinf=atol).clamp_(min=atol / ATOL_RMS_FLOOR, max=atol)
+    return out

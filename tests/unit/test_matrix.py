@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pickle
 import textwrap
+from dataclasses import replace
 
 import pytest
 
 from harness.case import (
+    ATTENTION_ATOL_RMS,
     GEOMETRY_FIELDS,
     DEFAULT_LOGITS_TOLERANCE,
     DEFAULT_TOLERANCE,
@@ -411,7 +413,21 @@ def test_tolerance_axis(tmp_path):
           tolerance: [{atol: 0.001}, {out: {atol: 0.01}}]
     """)
     assert ids(cases) == ["m[tolerance={atol:0.001}]", "m[tolerance={out:{atol:0.01}}]"]
+    # an atol given is a fixed atol (no atol_rms unless given too)
     assert cases[1].tolerance == {"out": Tolerance(0.01, DEFAULT_TOLERANCE.rtol, DEFAULT_TOLERANCE.max_error_ratio)}
+
+
+def test_atol_rms_in_a_case_file(tmp_path):
+    cases = load(tmp_path, """\
+        op: fused_rope_decode_attention
+        matrix:
+          tolerance: [{out: {atol_rms: null}}, {query: {atol_rms: 0.05}}, {out: {rtol: 0.01}},
+                      {out: {atol: 0.01, atol_rms: 0.03}}]
+    """)
+    assert cases[0].tolerance["out"].atol_rms is None                    # null: a fixed atol
+    assert cases[1].tolerance["query"] == replace(DEFAULT_TOLERANCE, atol_rms=0.05)
+    assert cases[2].tolerance["out"].atol_rms == ATTENTION_ATOL_RMS      # other fields keep the default's
+    assert cases[3].tolerance["out"] == replace(DEFAULT_TOLERANCE, atol=0.01, atol_rms=0.03)
 
 
 @pytest.mark.parametrize("tolerance, where, message", [
