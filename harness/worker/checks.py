@@ -21,7 +21,6 @@ from harness.case import Case, Tolerance
 from harness.goldens import EXACT_SUFFIX
 from harness.worker.input_guard import InputWrite, bits
 from harness.worker.ratio_allclose import ULP_DTYPES, Comparison, ratio_allclose, summarise_localisation
-from harness.worker import stray_reads
 from harness.worker.inputs import CaseInputs
 from harness.worker.launch import Launched, poison_mask
 from harness.outcomes import CHECK_PRECEDENCE, Outcome
@@ -261,8 +260,7 @@ def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.
                          atol_rms=tol.atol_rms)
     metrics["compare"][name] = _with_spread(cmp.to_metrics(), expected, exact)
     if not cmp.passed:
-        findings.append(Finding(Outcome.MISMATCH, _mismatch_line(cmp) + stray_reads.hint(ci, name, actual, compared),
-                                cmp.report()))
+        findings.append(Finding(Outcome.MISMATCH, _mismatch_line(cmp), cmp.report()))
     elif tol.argmax_margin is not None:
         findings += _argmax_findings(name, actual, expected, row_mask, tol.argmax_margin, metrics)
     return findings

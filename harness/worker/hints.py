@@ -1,8 +1,13 @@
 """What a wholesale mismatch looks like: a hint, never a verdict (runs in the device worker).
 
 A kernel with a known bug fails every head of every row, and the comparison alone says only
-"99% of out bad". Two kinds of evidence say more, and each is checked the way the case's own
+"99% of out bad". Three kinds of evidence say more, each checked the way the case's own
 checks compare (the case's tolerances, the rounding spread, only the rows a check reads):
+
+- **a stray read** (when no other output's golden explains it): an attention output beyond
+  every value row the case may read, which only a read of a canary row explains
+  (``harness.worker.stray_reads``): ``reads outside the sequence``, or ``reads cache rows before
+  writing them`` when the canary row read is one the launch writes;
 
 - **another output's golden**: a mismatched output (or written cache rows) agrees with the
   golden of another output of the same shape: ``out holds what query should``;
@@ -15,8 +20,9 @@ checks compare (the case's tolerances, the rounding spread, only the rows a chec
   whose head dims are permuted so that NeoX halves line up with GPT-J pairs (QK-norm and
   attention are invariant under that permutation), its query and k rows permuted back.
 
-Only ``MISMATCH`` cases are looked at (not an audit's mutant runs), and only when the inputs are small enough
-(``MAX_INPUT_BYTES``) that the extra goldens cost little. A hint that cannot be computed is
+Only ``MISMATCH`` cases are looked at, and the goldens of the other two only outside an audit's
+mutant runs and when the inputs are small enough (``MAX_INPUT_BYTES``) that they cost little
+(the stray read costs no golden: it is named in every ``MISMATCH``). A hint that cannot be computed is
 no hint: the case's verdict never depends on this module.
 """
 from __future__ import annotations
@@ -32,6 +38,7 @@ from harness.case import Case
 from harness.goldens import EXACT_SUFFIX
 from harness.goldens.common import rope_kv_rows
 from harness.outcomes import Outcome
+from harness.worker import stray_reads
 from harness.worker.checks import Findings, rounding_slack, stored_dtype
 from harness.worker.inputs import CaseInputs, on_host
 from harness.worker.launch import Launched
@@ -111,7 +118,7 @@ VARIANTS = (
 def find_hint(case: Case, ci: CaseInputs, golden: dict[str, torch.Tensor], launched: Launched,
               found: Findings, golden_dtype: torch.dtype) -> str:
     """The hint for a ``MISMATCH`` case, or "" (any other outcome, or nothing the evidence shows)."""
-    if found.outcome is not Outcome.MISMATCH or AUDIT_MUTANT_VAR in case.env:
+    if found.outcome is not Outcome.MISMATCH:
         return ""
     compared = _compared(ci, launched)
     mismatched = [n for n in compared if found.metrics.get("compare", {}).get(n, {}).get("outcome") == "MISMATCH"]
@@ -122,6 +129,10 @@ def find_hint(case: Case, ci: CaseInputs, golden: dict[str, torch.Tensor], launc
              if other != n and _same_kind(compared[n], compared[other]) and _agrees(case, n, compared[n], golden, other)]
     if swaps:
         return "; ".join(swaps)
+    # beyond every readable value, and not another output's golden: a canary row was read
+    strays = [h for h in (_stray_read(ci, n, compared[n]) for n in mismatched) if h]
+    if strays or AUDIT_MUTANT_VAR in case.env:
+        return "; ".join(strays)
     if "rope_cos" not in ci.args or _nbytes(ci.args) > MAX_INPUT_BYTES:
         return ""
     args = on_host(ci).args
@@ -136,6 +147,12 @@ def find_hint(case: Case, ci: CaseInputs, golden: dict[str, torch.Tensor], launc
                 any(not _agrees_golden(case, n, compared[n], golden, other) for n in mismatched):
             matched.append(variant.hint)
     return " or ".join(matched)
+
+
+def _stray_read(ci: CaseInputs, name: str, c: "_Compared") -> str:
+    rows = c.rows if c.rows is not None else torch.ones(c.actual.shape[0], dtype=torch.bool)
+    compared = rows.to(c.actual.device).view(-1, *([1] * (c.actual.dim() - 1))).expand(c.actual.shape)
+    return stray_reads.hint(ci, name, c.actual, compared)
 
 
 def _prologue_agrees(case: Case, compared: dict[str, "_Compared"], variant: Variant, transformed: dict[str, Any],

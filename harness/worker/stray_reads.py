@@ -1,4 +1,5 @@
-"""Naming a stray read from the evidence in an attention output.
+"""Naming a stray read from the evidence in an attention output: one of the hints'
+finders (``harness.worker.hints.find_hint``).
 
 The generator fills every cache row a case must not read with a hot canary
 (``harness.worker.inputs``): a key any query scores far above every real key, and a value
@@ -6,7 +7,8 @@ row whose every element has 16 <= |x| < 48, while every value a sequence may rea
 context rows, and the fresh ``v_proj·inv_rms`` of the fused ops) stays below 6.7.  An
 attention output is a convex combination of the value rows it reads, so an output row
 beyond every readable value is evidence, and one that equals a canary value row (a
-dominant stray key) names the row that was read.  decode_layers keeps a cold canary; no
+dominant stray key) names the row that was read; a row the launch itself writes, read before
+the kernel wrote it, is named as that (a read-before-write, not a read past the sequence).  decode_layers keeps a cold canary; no
 hint there.
 """
 from __future__ import annotations
@@ -20,7 +22,7 @@ _MATCH = 1 / 32             # |out - canary row| / |canary row|: a bf16 rounding
 
 
 def hint(ci: CaseInputs, name: str, actual: torch.Tensor, compared: torch.Tensor) -> str:
-    """`` — reads outside the sequence: ...`` or ``""``; ``compared``: the compared elements of ``actual``."""
+    """``reads outside the sequence: ...`` or ``""``; ``compared``: the compared elements of ``actual``."""
     if name != "out" or ci.op.name == "decode_layers" or "v_cache" not in ci.args:
         return ""
     values = ci.args["v_cache"]                                # the launch's pre-launch copy
@@ -40,7 +42,10 @@ def hint(ci: CaseInputs, name: str, actual: torch.Tensor, compared: torch.Tensor
         return ""
     hit = rows_hit.nonzero()[:_LISTED].tolist()                # only what is named comes back
     G = out.shape[1] // Hkv
-    named = []
+    # A row this launch writes holds its canary until the kernel writes it: reading it first
+    # is a read-before-write (stale k/v), not a read past the sequence.
+    writes = set(ci.slots[ci.slots >= 0].tolist()) if ci.op.writes_cache else set()
+    named, early = [], 0
     for r, h in hit:
         candidates = canary[:, h // G].nonzero().flatten()
         if candidates.numel():
@@ -48,10 +53,13 @@ def hint(ci: CaseInputs, name: str, actual: torch.Tensor, compared: torch.Tensor
             best = int(diff.argmin())
             slot = int(candidates[best])
             if float(diff[best]) <= _MATCH * float(rows[slot, h // G].abs().max()):
+                own = slot in writes
+                early += own
                 named.append(f"out[{r}, {h}] equals the canary value row of slot {slot} "
-                             f"(page {slot // P}, offset {slot % P})")
+                             f"(page {slot // P}, offset {slot % P}){', which this launch writes' if own else ''}")
                 continue
         named.append(f"out[{r}, {h}] reaches |x| = {float(out[r, h].abs().max()):.3g}")
     more = f" (+{count - len(hit)} more rows)" if count > len(hit) else ""
-    return (f" — reads outside the sequence: {'; '.join(named)}{more}, beyond every value row it may read "
+    what = "reads cache rows before writing them" if early == len(named) else "reads outside the sequence"
+    return (f"{what}: {'; '.join(named)}{more}, beyond every value row it may read "
             f"(|x| <= {float(readable):.3g}; rows it must not read hold canary values, |x| >= {CANARY_VALUE_MIN:g})")

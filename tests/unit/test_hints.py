@@ -80,8 +80,6 @@ def test_a_wrong_buffer_says_which_golden_it_holds(module):
     ("outside.wrong_gqa", ("fused_rope_decode_attention", "paged_decode_attention")),
     ("outside.missed_first_key", ("fused_rope_decode_attention", "prefill_attention")),
     ("outside.unweighted_k_norm", ("rope_kv_write", "fused_rope_decode_attention")),
-    ("harness.kernels.mutants.stale_kv", ("fused_rope_decode_attention",)),
-    ("harness.kernels.mutants.off_by_one_page", ("fused_rope_decode_attention",)),
 ])
 def test_no_hint_for_a_correct_kernel_or_an_unrelated_bug(module, ops):
     for op in ops:
@@ -90,6 +88,26 @@ def test_no_hint_for_a_correct_kernel_or_an_unrelated_bug(module, ops):
         if module.startswith("outside.") and module not in ("outside.exact_round_once", "outside.torch_sdpa") \
                 or "mutants" in module:
             assert outcome is not Outcome.PASS or op == "paged_decode_attention", (op, "the bug must show")
+
+
+@pytest.mark.parametrize("module, expected", [
+    # reads position seq_len-1 before writing it: the row still holds its canary
+    ("harness.kernels.mutants.stale_kv", "reads cache rows before writing them: out[0, 0] equals the canary value "
+                                         "row of slot "),
+    # reads the page after the right one: here a page no sequence owns
+    ("harness.kernels.mutants.off_by_one_page", "reads outside the sequence: out["),
+])
+def test_a_read_of_a_row_it_must_not_read_is_named_as_what_it_is(module, expected):
+    outcome, hint = hint_of(case("fused_rope_decode_attention"), module)
+    assert outcome is Outcome.MISMATCH and hint.startswith(expected), hint
+    own = ", which this launch writes" in hint
+    assert own == module.endswith("stale_kv"), hint
+
+
+def test_a_wrong_buffer_is_not_called_a_stray_read():
+    """The rotated query in out can exceed every readable value: the other golden explains it first."""
+    outcome, hint = hint_of(case("fused_rope_decode_attention"), "outside.query_into_out")
+    assert outcome is Outcome.MISMATCH and "reads" not in hint
 
 
 def test_an_audits_mutant_run_gets_no_hint():
