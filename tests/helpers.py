@@ -1,12 +1,14 @@
 """Helpers shared by the project's tests (importable as `helpers`: tests/ is on pythonpath)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,3 +57,44 @@ AUDIT_SEES = AUDIT_BLIND + """\
 include:
   - {name: warmup, batch: 16, seq_lens: "const(1)", slot_mode: "const(-1)", scratch_pages: 1, block_value: 0, seed: 1}
 """
+
+
+
+OUTSIDE_KERNELS = Path(__file__).resolve().parent / "outside_kernels"
+
+
+@contextlib.contextmanager
+def outside_kernels_on_path():
+    """tests/outside_kernels importable while it lasts (its kernels are `outside.<module>`)."""
+    sys.path.insert(0, str(OUTSIDE_KERNELS))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(OUTSIDE_KERNELS))
+
+
+def case_runner(goldens: Path):
+    """A function running one case in this process as a worker would (inputs -> golden ->
+    kernel -> checks) and returning (outcome, summary). `mutant:<name>` runs that shipped
+    mutant of the reference kernel."""
+    import pytest
+    from harness.devices import Device, backend
+    from harness.goldens.cache import GoldenCache
+    from harness.worker.execute import KernelLoader, execute_case
+
+    device = Device("cpu")
+    be, loader, cache = backend(device), KernelLoader(), GoldenCache(goldens)
+
+    def run(case) -> tuple[str, str]:
+        kernel, env = case.kernel, {}
+        if kernel.startswith("mutant:"):
+            env = {"HARNESS_MUTANT": kernel.split(":")[1], "HARNESS_MUTANT_KERNEL": "reference"}
+            kernel = "harness.kernels.mutants.operators"
+        with pytest.MonkeyPatch.context() as mp:       # a worker sets the case's env around it
+            for name, value in env.items():
+                mp.setenv(name, value)
+            reply = execute_case(replace(case, kernel=kernel, env=env), device, be, cache, loader)
+        assert reply.failure is None, reply.failure
+        return reply.outcome.value, reply.to_wire().get("summary") or ""
+
+    return run

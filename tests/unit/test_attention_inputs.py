@@ -6,9 +6,7 @@ while bound bugs fail, the stray reads named as such."""
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,13 +14,10 @@ import torch
 from harness.case import ATTENTION_SPREADS, PRESETS, Case, SeqLens, SlotMode
 from harness.casefiles import load_paths
 from harness.casefiles.values import CaseFileError
-from harness.devices import Device, backend
-from harness.goldens.cache import GoldenCache
 from harness.kernels.reference import apply_rope, qk_norm, rope_rows
-from harness.worker.execute import KernelLoader, execute_case
 from harness.worker.inputs import CANARY_VALUE_MIN, generate
 
-from helpers import ROOT, write_case_file
+from helpers import case_runner, outside_kernels_on_path, write_case_file
 
 TINY = PRESETS["tiny"]
 LENGTHS = SeqLens("list", (320, 319, 321, 100))        # 20 pages, boundaries either side, a short one
@@ -117,25 +112,9 @@ def test_the_golden_key_follows_the_axis():
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    sys.path.insert(0, str(ROOT / "tests" / "outside_kernels"))
-    device = Device("cpu")
-    be, loader = backend(device), KernelLoader()
-    cache = GoldenCache(tmp_path_factory.mktemp("goldens"))
-
-    def run(case: Case, kernel: str):
-        env = {}
-        if kernel.startswith("mutant:"):
-            env = {"HARNESS_MUTANT": kernel.split(":")[1], "HARNESS_MUTANT_KERNEL": "reference"}
-            kernel = "harness.kernels.mutants.operators"
-        with pytest.MonkeyPatch.context() as mp:       # a worker sets the case's env around it
-            for name, value in env.items():
-                mp.setenv(name, value)
-            reply = execute_case(replace(case, kernel=kernel, env=env), device, be, cache, loader)
-        assert reply.failure is None, reply.failure
-        return reply.outcome.value, reply.to_wire().get("summary") or ""
-
-    yield run
-    sys.path.remove(str(ROOT / "tests" / "outside_kernels"))
+    one_case = case_runner(tmp_path_factory.mktemp("goldens"))
+    with outside_kernels_on_path():
+        yield lambda case, kernel: one_case(replace(case, kernel=kernel))
 
 
 @pytest.mark.parametrize("attention", sorted(ATTENTION_SPREADS))

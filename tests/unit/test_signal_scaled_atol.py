@@ -5,19 +5,15 @@ the fixed atol lets through fails."""
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import replace
 
 import pytest
 import torch
 
 from harness.case import ATTENTION_ATOL_RMS, DEFAULT_TOLERANCE, PRESETS, Case, SeqLens, SlotMode, default_tolerance
-from harness.devices import Device, backend
-from harness.goldens.cache import GoldenCache
-from harness.worker.execute import KernelLoader, execute_case
 from harness.worker.ratio_allclose import ATOL_RMS_FLOOR, ratio_allclose, row_atol
 
-from helpers import ROOT
+from helpers import case_runner, outside_kernels_on_path
 
 
 def _rows(scales: list[float], width: int = 64, seed: int = 0) -> torch.Tensor:
@@ -107,20 +103,15 @@ LONG = SeqLens("list", (2048, 2047, 2049, 1025))
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    sys.path.insert(0, str(ROOT / "tests" / "outside_kernels"))
-    device = Device("cpu")
-    be, loader = backend(device), KernelLoader()
-    cache = GoldenCache(tmp_path_factory.mktemp("goldens"))
+    one_case = case_runner(tmp_path_factory.mktemp("goldens"))
 
     def run(op: str, kernel: str, attention: str = "uniform", atol_rms: float | None = ATTENTION_ATOL_RMS):
-        case = Case("c", "m", "m.yaml:1", op, f"{kernel}:{op}", PRESETS["tiny"], LONG, SlotMode("random"), seed=0,
-                    attention=attention, tolerance={"out": replace(default_tolerance(op, "out"), atol_rms=atol_rms)})
-        reply = execute_case(case, device, be, cache, loader)
-        assert reply.failure is None, reply.failure
-        return reply.outcome.value, reply.to_wire().get("summary") or ""
+        return one_case(Case("c", "m", "m.yaml:1", op, f"{kernel}:{op}", PRESETS["tiny"], LONG, SlotMode("random"),
+                             seed=0, attention=attention,
+                             tolerance={"out": replace(default_tolerance(op, "out"), atol_rms=atol_rms)}))
 
-    yield run
-    sys.path.remove(str(ROOT / "tests" / "outside_kernels"))
+    with outside_kernels_on_path():
+        yield run
 
 
 @pytest.mark.parametrize("kernel", ["outside.torch_sdpa", "outside.bf16_probs", "outside.transformers_qwen3"])

@@ -54,15 +54,19 @@ class Fp64Ops:
         cos, sin = rope_cos[pos].to(F64), rope_sin[pos].to(F64)
         return self._qk(q, q_norm_weight, cos, sin, eps), self._qk(k, k_norm_weight, cos, sin, eps), v
 
-    def _attend(self, q, k, v, scale, visible=None):
-        """q [M, Hq, D], k/v [n, Hkv, D]; visible[m]: leading keys query m sees."""
+    def _weights(self, q, k, v, scale, visible=None):
+        """The probabilities p [Hq, M, n] and each query head's values [n, Hq, D]."""
         Hq, Hkv = q.shape[1], k.shape[1]
         idx = torch.tensor([self.kv_head(h, Hq, Hkv) for h in range(Hq)], device=k.device)
         kh, vh = k[:, idx], v[:, idx]                            # [n, Hq, D]
         s = torch.einsum("mhd,nhd->hmn", q, kh) * scale
         if visible is not None:
             s = s.masked_fill(torch.arange(k.shape[0], device=k.device)[None, :] >= visible[:, None], float("-inf"))
-        p = torch.softmax(s, dim=-1)
+        return torch.softmax(s, dim=-1), vh
+
+    def _attend(self, q, k, v, scale, visible=None):
+        """q [M, Hq, D], k/v [n, Hkv, D]; visible[m]: leading keys query m sees."""
+        p, vh = self._weights(q, k, v, scale, visible)
         return torch.einsum("hmn,nhd->mhd", p, vh)
 
     def _decode(self, q, k_new, v_new, k_cache, v_cache, block_table, seq_lens, scale):

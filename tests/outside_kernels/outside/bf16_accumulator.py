@@ -14,14 +14,8 @@ TILE = 16
 
 class _Bf16Accumulator(Fp64Ops):
     def _attend(self, q, k, v, scale, visible=None):
-        Hq, Hkv = q.shape[1], k.shape[1]
-        idx = torch.tensor([self.kv_head(h, Hq, Hkv) for h in range(Hq)], device=k.device)
-        kh, vh = k[:, idx], v[:, idx]                              # [n, Hq, D]
-        s = torch.einsum("mhd,nhd->hmn", q, kh) * scale
-        if visible is not None:
-            s = s.masked_fill(torch.arange(k.shape[0], device=k.device)[None, :] >= visible[:, None], float("-inf"))
-        p = torch.softmax(s, dim=-1)                                # [Hq, M, n]
-        acc = torch.zeros(q.shape[0], Hq, q.shape[2], dtype=torch.bfloat16, device=q.device)
+        p, vh = self._weights(q, k, v, scale, visible)             # p [Hq, M, n], exact
+        acc = torch.zeros(q.shape[0], p.shape[0], q.shape[2], dtype=torch.bfloat16, device=q.device)
         for j in range(0, k.shape[0], TILE):                        # a tile's sum added into bf16
             tile = torch.einsum("hmn,nhd->mhd", p[:, :, j:j + TILE], vh[j:j + TILE])
             acc = (acc.to(F64) + tile).to(torch.bfloat16)
