@@ -37,6 +37,14 @@ def test_run_latency_times_passing_cases_and_says_why_not_the_failing_one(tmp_pa
         "measured": False, "why": "the case failed its checks: latency is measured for correct results only"}
     assert "latency not measured: the case failed its checks" in proc.stdout
     assert " µs (95% CI " in proc.stdout and " samples, " in proc.stdout
+    # ci/device-check.sh's figures line per case, read from this report
+    figures = subprocess.run([sys.executable, str(ROOT / "ci" / "latency_figures.py"), "out.json"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60)
+    assert figures.returncode == 0, figures.stderr
+    lines = {line.split(" ")[0].rstrip(":"): line for line in figures.stdout.splitlines()}
+    timed = next(line for case_id, line in lines.items() if "off_by_one_page" not in case_id)
+    assert " GB/s, peak unknown (set HARNESS_PEAK_GBPS)" in timed and ", process_time_ns, cold " in timed, timed
+    assert any(" not timed: the case failed its checks" in line for line in lines.values()), figures.stdout
 
 
 def test_a_bad_latency_block_is_one_line_naming_file_line_and_field(tmp_path):
