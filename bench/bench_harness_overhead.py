@@ -9,8 +9,8 @@ its own directory and hands the file to the worker).  The worker is warmed with 
 before timing.  Goals (issue 2): ≤ 5 ms per case of overhead, total ≤ 1.3x the loop.
 Both sides run in rounds (every side once per round, the order rotating) under identical
 settings (the same torch thread count in this process as in the engine's processes), and the
-ratio is the latency compare's (Hodges-Lehmann over the rounds, with its 95% interval;
-docs/latency.md), each side's noise printed beside it.
+ratio is the latency compare's (the median of per-round ratios with its sign-test 95% interval,
+Hodges-Lehmann under 6 rounds; docs/latency.md), each side's noise printed beside it.
 Prints medians over the rounds, and what the golden process costs per case: its own time
 on a miss (inputs generated, golden computed and written) and on a hit (a golden cache
 that already holds every case), and the worker's read of the file.
@@ -133,7 +133,7 @@ def main() -> None:
     print(f"harness engine  : {med['engine']:6.2f} ms/case (median of rounds, noise {_noise(sides['engine'])})")
     print(f"overhead        : {med['engine'] - med['loop']:6.2f} ms/case   (goal <= 5 ms)")
     print(f"ratio           : {ratio.ratio:6.3f}x, 95% CI {ratio.ci_low:.3f}-{ratio.ci_high:.3f} "
-          f"(Hodges-Lehmann over rounds, widened by the per-round ratios)   (goal <= 1.3x)")
+          f"(median of per-round ratios, sign-test CI; docs/latency.md)   (goal <= 1.3x)")
     print(f"without golden prefetch: {med['serial']:6.2f} ms/case ({med['serial'] / med['loop']:5.3f}x the loop, "
           f"noise {_noise(sides['serial'])})")
     for what, costs in (("miss", misses), ("hit", hits)):

@@ -5,11 +5,12 @@ slowdown, samples and wall time per decision, and the timing loop's own cost per
 
 A trial is what ``harness compare --latency`` does for one case, in one process: two sides timed
 in rounds (A, B, then B, A), each round ``harness.worker.timing.time_kernel`` on each side, the
-verdict (``harness.latency.statistics.compare``) after 6 rounds and after each round from there
-on, until it is not UNSURE or ``--max-rounds``.  The kernels are a loop of a fixed number of
+verdict (``harness.latency.statistics.compare``) after ``MIN_ROUNDS`` rounds and after each round
+from there on, until it is not UNSURE or ``--max-rounds`` (default ``MAX_ROUNDS``, as compare).  The kernels are a loop of a fixed number of
 integer steps (``spin``): identical work on both sides for the false-alarm trials, ``1 +
 --slowdown`` times it on B for the detection trials.  Trials of the two kinds alternate, so
-the machine's load falls on both alike.  In one process, not one worker per side as compare
+the machine's load falls on both alike.  ``--tenants N`` adds N busy-loop processes
+for the length of the trials (extra load, said in the output).  In one process, not one worker per side as compare
 runs them: the process-level differences two workers can have (placement, memory layout)
 are not in these figures; the e2e tests run real workers.  Goals (issue 25): false SLOWER
 ≤ 2%, detection of a 10% slowdown ≥ 90%, loop overhead ≤ 5 µs per sample on the host.
@@ -17,15 +18,16 @@ are not in these figures; the e2e tests run real workers.  Goals (issue 25): fal
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 from harness.case import LatencySpec
-from harness.latency.statistics import Side, Verdict, compare
+from harness.latency.statistics import MAX_ROUNDS, MIN_ROUNDS, Side, Verdict, compare
 from harness.worker.timing import CpuTimer, HostTimer, time_kernel
-
-MIN_ROUNDS = 6
 
 
 def spin(n: int) -> int:
@@ -53,6 +55,19 @@ def trial(work_a: int, work_b: int, spec: LatencySpec, threshold: float, max_rou
     return got, samples, time.perf_counter() - began
 
 
+@contextlib.contextmanager
+def tenants(n: int):
+    """``n`` busy-loop processes for the length of the block: another tenant's load."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
 def loop_overhead(clock: str, n: int = 20000) -> tuple[float, float, float]:
     """(median sample of an empty call, wall and CPU time per sample of the whole loop): what a
     sample costs beyond the kernel.  The CPU figure leaves out time the box gave other processes."""
@@ -70,7 +85,8 @@ def main() -> None:
     ap.add_argument("--threshold", type=float, default=0.05)
     ap.add_argument("--budget", type=float, default=0.03, help="sampling seconds per side per round")
     ap.add_argument("--work", type=int, default=10_000, help="loop steps of the kernel (about 0.5 ms)")
-    ap.add_argument("--max-rounds", type=int, default=24)
+    ap.add_argument("--max-rounds", type=int, default=MAX_ROUNDS)
+    ap.add_argument("--tenants", type=int, default=0, help="busy-loop processes running beside the trials")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
@@ -82,11 +98,16 @@ def main() -> None:
     slow_work = int(args.work * (1 + args.slowdown))
     same: list = []
     slow: list = []
-    for i in range(args.trials):
-        for work_b, into in ((args.work, same), (slow_work, slow)):
-            into.append(trial(args.work, work_b, spec, args.threshold, args.max_rounds, args.clock))
-        if (i + 1) % 10 == 0:
-            print(f"  {i + 1}/{args.trials} trials of each kind, load {os.getloadavg()[0]:.2f}", flush=True)
+    loads = []
+    with tenants(args.tenants):
+        if args.tenants:
+            print(f"{args.tenants} busy-loop tenant(s) running beside the trials", flush=True)
+        for i in range(args.trials):
+            for work_b, into in ((args.work, same), (slow_work, slow)):
+                into.append(trial(args.work, work_b, spec, args.threshold, args.max_rounds, args.clock))
+            loads.append(os.getloadavg()[0])
+            if (i + 1) % 10 == 0:
+                print(f"  {i + 1}/{args.trials} trials of each kind, load {loads[-1]:.2f}", flush=True)
 
     def verdicts(rows):
         return {v.value: sum(1 for g, _, _ in rows if g.verdict is v) for v in Verdict}
@@ -104,7 +125,7 @@ def main() -> None:
     for name, rows in (("identical", same), ("slower", slow)):
         s, w, r = costs(rows)
         print(f"per decision ({name}): median {s:.0f} samples, {w:.2f} s wall, {r:.0f} rounds")
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print(f"load average during the trials: {min(loads):.2f}-{max(loads):.2f}; after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

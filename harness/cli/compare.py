@@ -10,7 +10,7 @@ from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, e
                                 session_golden_cache)
 from harness.devices import parse_device
 from harness.formats import printable
-from harness.latency.statistics import DEFAULT_THRESHOLD, Comparison
+from harness.latency.statistics import DEFAULT_THRESHOLD, MAX_ROUNDS, Comparison
 from harness.errors import UsageError
 from harness.run.session import terminated_as_interrupt
 from harness.refs import compare as refcompare
@@ -23,7 +23,6 @@ from harness.run.options import ResumeOptions, kernel_paths
 from harness.store import Store
 
 DEFAULT_REPEAT = 5
-DEFAULT_ROUNDS = 24       # a latency compare: at most this many rounds (6 first, then only the undecided cases)
 
 
 def cmd_compare(args) -> int:
@@ -72,7 +71,7 @@ def _plan(args, named: list[tuple[str, str]], store: Store) -> tuple[refcompare.
         if seeds == "fresh" else 0
     plan = refcompare.ComparePlan(
         setup=setup, refs=tuple((name, c.sha) for name, c in commits), cases=tuple(cases),
-        repeat=(args.repeat or args.latency_rounds or DEFAULT_ROUNDS) if args.latency else (args.repeat or DEFAULT_REPEAT),
+        repeat=(args.repeat or args.latency_rounds or MAX_ROUNDS) if args.latency else (args.repeat or DEFAULT_REPEAT),
         devices=tuple(str(d) for d in devices(args)),
         options=ResumeOptions(kernel_paths(args.kernel_path), args.golden_dtype, args.tier, args.golden_device),
         seeds=seeds, hunt_seed=hunt_seed,

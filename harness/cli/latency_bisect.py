@@ -13,12 +13,12 @@ from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.formats import printable
 from harness.latency import bisect as slow
+from harness.latency.statistics import MAX_ROUNDS
 from harness.refs.git import open_repo
 from harness.refs.runner import RefRunner
 from harness.run.options import ResumeOptions, kernel_paths, repo_state_dir
 from harness.summary import summarize
 
-DEFAULT_ROUNDS = 24
 GIT_GOOD, GIT_BAD, GIT_SKIP = 0, 1, 125
 
 
@@ -28,7 +28,7 @@ def _measure(args, setup) -> slow.Measure:
     return slow.Measure(setup=setup, cases=cases, devices=tuple(str(d) for d in devices(args)),
                         options=ResumeOptions(kernel_paths(args.kernel_path), args.golden_dtype, args.tier,
                                               args.golden_device),
-                        threshold=args.slower_than, max_rounds=args.latency_rounds or DEFAULT_ROUNDS)
+                        threshold=args.slower_than, max_rounds=args.latency_rounds or MAX_ROUNDS)
 
 
 def cmd_slower_bisect(args) -> int:

@@ -9,6 +9,7 @@ from harness import __version__
 from harness.casefiles.matrix import MAX_CASES
 from harness.casefiles.values import MAX_SEED
 from harness.flake.hunt import SEED_MODES
+from harness.latency.statistics import MAX_ROUNDS, MIN_ROUNDS
 from harness.logs import LOG_CAP_BYTES
 from harness.run.options import MAX_REPEAT
 from harness.shard.split import ShardError, parse_shard
@@ -123,8 +124,8 @@ def _add_latency(p: argparse.ArgumentParser, *, across: bool = False, switch: bo
         p.add_argument("--latency-threshold", type=percent("--latency-threshold"), default=None, metavar="PCT",
                        help="a ratio beyond 1 +/- PCT (its whole 95%% CI) is SLOWER/FASTER (default 5%%)")
         p.add_argument("--latency-rounds", type=positive_int("--latency-rounds", 1000), default=None, metavar="N",
-                       help="at most N rounds of A, B, B, A... per case: 6, then more while a case is UNSURE "
-                            "(default 24)")
+                       help=f"at most N rounds of A, B, B, A... per case: {MIN_ROUNDS}, then more while a case is "
+                            f"UNSURE (default {MAX_ROUNDS})")
 
 
 def _add_slower_than(p: argparse.ArgumentParser) -> None:
@@ -132,7 +133,8 @@ def _add_slower_than(p: argparse.ArgumentParser) -> None:
                    help="look for the first commit whose kernel is slower than the good commit's by more than "
                         "PCT (latency in rounds against good, in this session; docs/latency.md)")
     p.add_argument("--latency-rounds", type=positive_int("--latency-rounds", 1000), default=None, metavar="N",
-                   help="with --slower-than: at most N rounds per step, 6 then more while UNSURE (default 24)")
+                   help=f"with --slower-than: at most N rounds per step, {MIN_ROUNDS} then more while UNSURE "
+                        f"(default {MAX_ROUNDS})")
     _add_latency(p, switch=False)
 
 

@@ -8,8 +8,6 @@ from harness.latency.statistics import DEFAULT_THRESHOLD, Side, compare
 from harness.outcomes import Result
 
 
-MIN_ROUNDS = 6          # the fewest rounds whose per-round ratios give a 95% interval (docs/latency.md)
-
 
 def undecided(cases: list, results: list[Result], ref_names: list[str], threshold: float) -> list:
     """The cases that need another round: some candidate still UNSURE against the baseline (a case

@@ -1,17 +1,17 @@
 """Two refs' timed samples of one case → a ratio, its 95% interval, and a verdict (docs/latency.md).
 
-The ratio is candidate / baseline.  Its estimate is the Hodges–Lehmann shift of the
-log-latencies (the median of every pairwise difference log b_j - log a_i, exponentiated):
-robust to the long right tail timing has (preemption, interrupts), and a ratio because
-noise on a computer scales with the time measured.  Its interval is the Mann–Whitney one
-on those differences (the ranks ``mn/2 ± z·sqrt(mn(m+n+1)/12)``).
-
-Samples taken in one round by one worker are not independent of each other: a worker that
-landed on a busy core is slow for the whole round.  The pooled interval alone would take
-that for a difference, so rounds (A, B, A, B...) are kept apart, and the interval reported
-is the hull of the pooled one and the interval of the per-round ratios (their median's
-order-statistic interval from 6 rounds on, their range below that).  Two identical
-kernels therefore come out SLOWER only when every round (6+: most rounds) says so.
+The ratio is candidate / baseline, taken round by round.  Samples taken in one round by one
+worker are not independent of each other (a worker that landed beside another tenant's burst
+is slow for the whole round), and rounds alternate A, B / B, A so drift falls on both sides.
+So each round gives one figure per side, its **lower decile** (the minimum when a round has
+under ``DECILE_MIN_SAMPLES`` samples): load spikes only ever add time, so the low end of a
+round is what the kernel costs and the least moved by other tenants.  The round's ratio is
+candidate figure / baseline figure of the same round; the estimate is the **median of the
+per-round ratios**, and its interval the distribution-free sign-test one (binomial order
+statistics, ``stats.median_ci``), which needs ``MIN_ROUNDS`` (6) rounds at 95%.  Below that
+the estimate and interval are the Hodges–Lehmann shift of the pooled log-latencies and its
+Mann–Whitney interval, widened to the range of the per-round ratios when there are 2 to 5.
+Rounds stop at ``MAX_ROUNDS``, the one bound compare, bisect and the benchmark use.
 
 The verdict needs the whole interval on one side of the threshold:
 SLOWER when its lower end is above 1 + t, FASTER when its upper end is below 1 / (1 + t),
@@ -33,6 +33,9 @@ from harness import stats
 CONF = 0.95
 DEFAULT_THRESHOLD = 0.05
 MAX_SPREAD = 10.0           # p90 / p10 of one side beyond this: UNSURE, with the spread said
+MIN_ROUNDS = 6              # the fewest per-round ratios whose median has a 95% sign-test interval
+MAX_ROUNDS = 40             # a latency compare or bisect step: at most this many rounds (the default)
+DECILE_MIN_SAMPLES = 21     # fewer samples in a round: its figure is the minimum, not the lower decile
 _MAX_PAIRS_SIDE = 2000      # more samples than this per side: thinned to evenly spaced order statistics
 
 
@@ -83,11 +86,30 @@ def spread(samples: Sequence[float]) -> float:
     return float(hi / lo) if lo > 0 else math.inf
 
 
-def round_interval(ratios: Sequence[float], conf: float = CONF) -> tuple[float, float] | None:
-    """Where the per-round ratios put the ratio: their median's interval (6+ rounds), their range (2-5)."""
-    if len(ratios) < 2:
-        return None
-    return stats.median_ci(ratios, conf) or (min(ratios), max(ratios))
+def round_figure(samples: Sequence[float]) -> float:
+    """One side's figure for one round: the lower decile of its samples, the minimum below
+    ``DECILE_MIN_SAMPLES`` (noise on a shared machine only adds time)."""
+    xs = np.asarray(samples, float)
+    if len(xs) == 0:
+        raise ValueError("a round needs samples")
+    return float(xs.min()) if len(xs) < DECILE_MIN_SAMPLES else float(np.quantile(xs, 0.1))
+
+
+def round_ratios(baseline: "Side", candidate: "Side") -> list[float]:
+    """candidate figure / baseline figure, round by round (rounds where both have samples)."""
+    return [round_figure(rb) / round_figure(ra) for ra, rb in zip(baseline.rounds, candidate.rounds) if ra and rb]
+
+
+def ratio_interval(baseline: "Side", candidate: "Side", conf: float = CONF) -> tuple[float, float, float, int]:
+    """(estimate, low, high, rounds) of candidate / baseline (module docstring)."""
+    ratios = round_ratios(baseline, candidate)
+    ci = stats.median_ci(ratios, conf) if len(ratios) >= MIN_ROUNDS else None
+    if ci is not None:
+        return stats.median(ratios), ci[0], ci[1], len(ratios)
+    est, lo, hi = hodges_lehmann_ratio(baseline.samples, candidate.samples, conf)
+    if len(ratios) >= 2:
+        lo, hi = min(lo, *ratios), max(hi, *ratios)
+    return est, lo, hi, len(ratios)
 
 
 @dataclass(frozen=True)
@@ -112,7 +134,7 @@ class Comparison:
 
     baseline: str
     candidate: str
-    baseline_s: float          # medians of the pooled samples
+    baseline_s: float          # medians of the pooled samples (what a user reads; the ratio is per round)
     candidate_s: float
     ratio: float
     ci_low: float
@@ -161,11 +183,7 @@ def decide(lo: float, hi: float, threshold: float) -> Verdict:
 def compare(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOLD, conf: float = CONF) -> Comparison:
     """The verdict on ``candidate`` against ``baseline`` (module docstring)."""
     a, b = baseline.samples, candidate.samples
-    ratio, lo, hi = hodges_lehmann_ratio(a, b, conf)
-    paired = [stats.median(rb) / stats.median(ra) for ra, rb in zip(baseline.rounds, candidate.rounds) if ra and rb]
-    by_round = round_interval(paired, conf)
-    if by_round is not None:
-        lo, hi = min(lo, by_round[0]), max(hi, by_round[1])
+    ratio, lo, hi, rounds = ratio_interval(baseline, candidate, conf)
     verdict, why = decide(lo, hi, threshold), ""
     wide = [(s.name, spread(s.samples)) for s in (baseline, candidate)]
     wide = [(name, x) for name, x in wide if x > MAX_SPREAD]
@@ -175,4 +193,4 @@ def compare(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOL
     elif verdict is Verdict.UNSURE:
         why = f"the 95% CI straddles {1 + threshold:.2f}x or {1 / (1 + threshold):.3f}x"
     return Comparison(baseline.name, candidate.name, stats.median(a), stats.median(b), ratio, lo, hi, verdict,
-                      threshold, len(paired), (len(a), len(b)), why)
+                      threshold, rounds, (len(a), len(b)), why)

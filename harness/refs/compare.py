@@ -24,7 +24,8 @@ from harness.errors import UsageError
 from harness.flake.changes import SIGNIFICANCE, HuntChange, hunt_change
 from harness.flake.hunt import HuntOptions, plan
 from harness.flake.summary import HuntSummary, summarize_case
-from harness.latency.across import MIN_ROUNDS, latency_rows, undecided
+from harness.latency.across import latency_rows, undecided
+from harness.latency.statistics import MIN_ROUNDS
 from harness.outcome_table import Column, tabulate
 from harness.outcomes import Result
 from harness.provenance import run_provenance

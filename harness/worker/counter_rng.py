@@ -29,6 +29,8 @@ from functools import lru_cache
 
 import torch
 
+from harness.worker.prefault import empty
+
 VERSION = 2                     # part of every input spec: a change to the draws is a new golden key
 BASE = 1 << 20                  # window offsets range over the first BASE base elements
 WINDOW = 1 << 12                # elements per window; 8 KiB of bf16 copied per window
@@ -150,5 +152,6 @@ def fill(out: torch.Tensor, seed: int, name: str, kind: str,
 
 def draw(seed: int, name: str, shape: tuple[int, ...] | torch.Size, kind: str, dtype: torch.dtype,
          device: torch.device | str = "cpu", *, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
-    """A new tensor holding elements ``0 ..`` of stream (seed, name) (see ``fill``)."""
-    return fill(torch.empty(tuple(shape), dtype=dtype, device=device), seed, name, kind, scale=scale, shift=shift)
+    """A new tensor holding elements ``0 ..`` of stream (seed, name) (see ``fill``); a large host
+    tensor's pages are mapped before the draws are written (``prefault``)."""
+    return fill(empty(shape, dtype, device), seed, name, kind, scale=scale, shift=shift)

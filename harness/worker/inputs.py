@@ -36,7 +36,7 @@ import torch
 
 from harness.case import ATTENTION_SPREADS, Case
 from harness.ops import OPS, OpSpec, resolve_shape
-from harness.worker import counter_rng
+from harness.worker import counter_rng, prefault
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int32": torch.int32}
 # A case's ``dtype`` (harness.case.DTYPES) -> what the contract's bf16 arguments are stored in.
@@ -414,7 +414,7 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
     """
     row = math.prod(shape[-2:])                            # elements per cache row (one slot)
     rows = math.prod(shape[-4:-2])                         # slots per layer
-    cache = torch.empty(shape, dtype=dtype, device=device)
+    cache = prefault.empty(shape, dtype, device)         # its pages mapped before the draws (prefault.py)
     layers = cache.view(-1, rows * row)
     context = torch.zeros(rows, dtype=torch.bool)
     for b, count in enumerate(filled):

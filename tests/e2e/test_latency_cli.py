@@ -5,8 +5,11 @@ No test asserts a time: the verdicts are asserted, and they come from the statis
 (docs/latency.md).  Two commits with the same kernel must never be SLOWER or FASTER; the
 commit that makes the kernel slower must be SLOWER.  The slowdown here is large (~1.8x) because
 these tests run beside the whole suite on two shared cores, where a worker's CPU time drifts by
-up to 40% for seconds at a time (measured: docs/benchmarks.md); the detection of 10% and 25%
-slowdowns is measured by bench/bench_latency.py, with its load."""
+up to 40% for seconds at a time (measured: docs/benchmarks.md).  A 25% slower kernel, tried here
+with the per-round lower-decile statistic and up to 40 rounds, came out SLOWER in 32 of 33 runs
+at load 1.5-5.6, several only after 30-35 rounds with the interval's low end at 1.054-1.059:
+too close to the threshold for a test that must not flake.  The detection of 10% and
+25% slowdowns is measured by bench/bench_latency.py, with its load."""
 from __future__ import annotations
 
 import json

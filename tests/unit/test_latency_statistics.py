@@ -6,8 +6,9 @@ import random
 import pytest
 
 from harness import stats
-from harness.latency.statistics import (Side, Verdict, check_threshold, compare, decide, hodges_lehmann_ratio,
-                                        parse_percent)
+from harness.latency.statistics import (DECILE_MIN_SAMPLES, MIN_ROUNDS, Side, Verdict, check_threshold, compare,
+                                        decide, hodges_lehmann_ratio, parse_percent, ratio_interval, round_figure,
+                                        round_ratios)
 
 
 def test_median_ci_ranks_are_the_sign_test_ones():
@@ -61,6 +62,80 @@ def test_a_slow_round_of_one_worker_is_not_a_slowdown():
     pooled = hodges_lehmann_ratio(a.samples, [x for r in rounds for x in r])
     assert pooled[1] > 1.0       # the pooled interval alone excludes 1: a false alarm in waiting
     assert compare(a, Side("b", tuple(rounds))).verdict in (Verdict.SAME, Verdict.UNSURE)
+
+
+def _noisy_side(name, scale, rounds, seed, n=60, drift=0.03, noise=0.02, spikes=0.1):
+    """A shared machine's samples: a per-round drift (the worker's round), per-sample noise,
+    and a fraction of samples hit by another tenant's burst (1.2x to 6x: load only adds time)."""
+    rng = random.Random(f"{name}/{seed}")
+    out = []
+    for _ in range(rounds):
+        level = scale * rng.lognormvariate(0, drift)
+        out.append(tuple(level * rng.lognormvariate(0, noise) * (rng.uniform(1.2, 6.0) if rng.random() < spikes else 1.0)
+                         for _ in range(n)))
+    return Side(name, tuple(out))
+
+
+def test_a_round_figure_is_its_lower_decile_or_its_minimum_when_few():
+    xs = [float(i) for i in range(1, 101)]                 # 1..100: the lower decile is 10.9
+    assert round_figure(xs) == pytest.approx(10.9)
+    assert round_figure(xs[:DECILE_MIN_SAMPLES - 1]) == 1.0      # 20 samples: the minimum
+    assert round_figure(xs[:DECILE_MIN_SAMPLES]) == pytest.approx(3.0)
+    spiked = [x * (50 if i % 4 == 0 else 1) for i, x in enumerate(xs)]   # a quarter of the samples hit hard
+    assert round_figure(spiked) < 1.5 * round_figure(xs)  # the median would move 1.3x; the low end hardly
+    with pytest.raises(ValueError):
+        round_figure([])
+
+
+def test_the_ratio_is_the_median_of_per_round_ratios_with_a_sign_test_interval():
+    base = Side("a", tuple((1.0,) * 5 for _ in range(7)))
+    per_round = (1.30, 1.10, 1.20, 1.00, 1.15, 1.12, 1.25)
+    cand = Side("b", tuple((r,) * 5 for r in per_round))
+    assert round_ratios(base, cand) == pytest.approx(per_round)
+    est, lo, hi, rounds = ratio_interval(base, cand)
+    assert rounds == 7 and est == pytest.approx(1.15)
+    assert (lo, hi) == pytest.approx((1.00, 1.30))         # 7 ratios: ranks 0 and 6 (sign test, 98.4%)
+
+
+def test_the_sign_test_interval_covers_the_true_ratio_at_least_95_percent_of_the_time():
+    covered, trials = 0, 1000
+    for seed in range(trials):
+        _, lo, hi, _ = ratio_interval(_noisy_side("a", 1e-3, 12, seed), _noisy_side("b", 1.1e-3, 12, seed))
+        covered += lo <= 1.1 <= hi
+    assert covered / trials >= 0.94      # 12 rounds: ranks 2 and 9, 96.1% nominal (exact for any distribution)
+
+
+def test_below_6_rounds_the_ratio_falls_back_to_hodges_lehmann_widened_by_the_rounds():
+    a, b = _side("a", 1e-3, rounds=MIN_ROUNDS - 1), _side("b", 1.2e-3, rounds=MIN_ROUNDS - 1)
+    est, lo, hi, rounds = ratio_interval(a, b)
+    hl = hodges_lehmann_ratio(a.samples, b.samples)
+    ratios = round_ratios(a, b)
+    assert rounds == MIN_ROUNDS - 1 and est == pytest.approx(hl[0])
+    assert lo == pytest.approx(min(hl[1], *ratios)) and hi == pytest.approx(max(hl[2], *ratios))
+    one = ratio_interval(_side("a", 1e-3, rounds=1), _side("b", 1e-3, rounds=1))      # a stored run: one round a side
+    assert one[1] < one[0] < one[2] and one[3] == 1
+    six = ratio_interval(_side("a", 1e-3, rounds=MIN_ROUNDS), _side("b", 1.2e-3, rounds=MIN_ROUNDS))
+    assert six[0] == pytest.approx(stats.median(round_ratios(_side("a", 1e-3, rounds=6), _side("b", 1.2e-3, rounds=6))))
+
+
+@pytest.mark.parametrize("rounds", [MIN_ROUNDS, 12, 40])
+def test_identical_kernels_with_spikes_and_drift_are_never_slower_or_faster(rounds):
+    seen = [compare(_noisy_side("a", 1e-3, rounds, s), _noisy_side("b", 1e-3, rounds, s)).verdict for s in range(200)]
+    assert Verdict.SLOWER not in seen and Verdict.FASTER not in seen
+    if rounds > MIN_ROUNDS:     # 6 rounds: the interval is the ratios' whole range, mostly past 5% with 3% drift
+        assert seen.count(Verdict.SAME) > 100
+
+
+@pytest.mark.parametrize("rounds", [MIN_ROUNDS, 12])
+def test_a_25_percent_slower_kernel_with_spikes_and_drift_is_slower(rounds):
+    seen = {compare(_noisy_side("a", 1e-3, rounds, s), _noisy_side("b", 1.25e-3, rounds, s)).verdict
+            for s in range(100)}
+    assert seen == {Verdict.SLOWER}
+
+
+def test_a_10_percent_slower_kernel_is_slower_given_rounds():
+    seen = [compare(_noisy_side("a", 1e-3, 24, s), _noisy_side("b", 1.1e-3, 24, s)).verdict for s in range(100)]
+    assert seen.count(Verdict.SLOWER) >= 90 and Verdict.FASTER not in seen and Verdict.SAME not in seen
 
 
 def test_orders_of_magnitude_of_spread_is_unsure_with_the_spread():
