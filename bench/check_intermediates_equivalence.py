@@ -8,7 +8,7 @@ process with ``--intermediates always``, once with the reference kernel and once
 shipped mutant (and adapted kernel) that implements the case's op, on one torch thread, goldens
 from one golden cache.  Writes, per case and kernel, the outcome, summary, report and metrics
 (every output's ``ratio_allclose`` comparison and the table of intermediates with each one's
-verdict, metrics and localisation), without what the clock decides.  With ``--against`` it
+verdict, metrics and localisation), without what the clock or the checkout decides.  With ``--against`` it
 compares the new record with an earlier one and exits 1 on any difference, naming the first
 few.  Floats are written as ``repr`` writes them: equal files mean equal bits.
 
@@ -43,8 +43,9 @@ KERNELS = ("reference", "torch-sdpa", "torch-flex", "unguarded_slot_write", "ret
            "stale_kv", "racy_head")
 MODULES = ("harness.kernels.mutants.gptj_rope", "harness.kernels.mutants.off_by_one_page",
            "harness.kernels.mutants.key_bounds")
-# metrics the clock decides, or the machine: left out of the record
-CLOCKED = ("timings", "duration_s", "stage_s", "seconds", "latency", "hygiene", "memory")
+# metrics the clock, the machine or the checkout decide (the kernel's git commit): left out of
+# the record, and out of an older record when one is compared
+LEFT_OUT = ("timings", "duration_s", "stage_s", "seconds", "latency", "hygiene", "memory", "git")
 
 
 def kernels_for(op: str) -> list[str]:
@@ -55,7 +56,7 @@ def kernels_for(op: str) -> list[str]:
 
 def _plain(value: Any) -> Any:
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items() if k not in CLOCKED}
+        return {str(k): _plain(v) for k, v in value.items() if k not in LEFT_OUT}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
@@ -112,7 +113,8 @@ def main() -> int:
         with open(args.against) as f:
             before = json.load(f)
         # through the same text: NaN and key order as json writes them
-        diff = differences(json.loads(json.dumps(before, sort_keys=True)), json.loads(json.dumps(records, sort_keys=True)))
+        diff = differences(_plain(json.loads(json.dumps(before, sort_keys=True))),
+                           json.loads(json.dumps(records, sort_keys=True)))
         print("identical to " + args.against if not diff else "DIFFERENT from " + args.against + ":\n  " + "\n  ".join(diff))
         return 1 if diff else 0
     return 0
