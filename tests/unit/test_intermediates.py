@@ -139,6 +139,33 @@ def test_metrics_count_nan_and_inf_pairs_over_every_threshold_and_skip_masked_ro
     assert m.metrics["cosine"] == pytest.approx(float(a @ e / (a.norm() * e.norm())), rel=1e-6)
 
 
+@pytest.mark.parametrize("scale, bit_exact", [(0.0, True), (1e-4, False), (3e-3, False), (1e-1, False)])
+def test_metrics_skip_only_the_passes_an_earlier_figure_settles(scale, bit_exact):
+    # relative errors up to ``scale``: none, all under 1/1000, some between, some over both; every
+    # figure is what the whole computation gives, to the bit
+    item = intermediates("rope_kv_write")[4]
+    gen = torch.Generator().manual_seed(5)
+    golden = torch.randn(4, 2, 8, generator=gen)
+    actual = golden * (1 + scale * (2 * torch.rand(4, 2, 8, generator=gen) - 1))
+    m = measure(item, actual, golden, None, atol=1.0, rtol=1.0, max_error_ratio=0.0)
+    af, ef = actual.flatten(), golden.flatten()
+    rel = (af - ef).abs() / ef.abs()
+    na, ne = float(af.norm()), float(ef.norm())
+    assert m.metrics["over_0.001"] == int((rel > 1e-3).sum()) / af.numel()
+    assert m.metrics["over_0.005"] == int((rel > 5e-3).sum()) / af.numel()
+    assert m.metrics["cosine"] == float((af @ ef) / (na * ne))
+    assert m.passed and m.bit_exact is bit_exact
+    if scale == 3e-3:
+        assert 0 < m.metrics["over_0.001"] and m.metrics["over_0.005"] == 0
+
+
+def test_an_equal_low_precision_dump_is_bit_exact():
+    item = intermediates("rope_kv_write")[4]
+    golden = torch.randn(2, 2, 4, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).float()
+    m = measure(item, golden.to(torch.bfloat16), golden, None, atol=1e-2, rtol=1e-2, max_error_ratio=0.0)
+    assert m.bit_exact and m.metrics["max_abs"] == 0.0 and m.metrics["over_0.001"] == 0.0
+
+
 def test_metrics_do_not_depend_on_torchs_thread_count():
     item = intermediates("fused_rope_decode_attention")[5]     # attn [rows, Hq, D]
     gen = torch.Generator().manual_seed(3)
