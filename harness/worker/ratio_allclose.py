@@ -109,6 +109,7 @@ the text report, and is ``None`` when no element is bad.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 from dataclasses import dataclass, fields
@@ -159,6 +160,12 @@ def half_ulp(expected: torch.Tensor, stored: torch.dtype, out: torch.Tensor | No
     out = out if out is not None else torch.empty_like(expected)
     torch.bitwise_and(expected.view(itype), mask, out=out.view(itype))
     return out.mul_(2.0 ** -p).clamp_(min=2.0 ** (emin - p))
+
+
+@functools.lru_cache(maxsize=64)
+def _held_as(x: float, dtype: torch.dtype) -> float:
+    """``x`` as a 0-dim tensor of ``dtype`` holds it (a comparison's few tolerances, over and over)."""
+    return torch.tensor(x, dtype=dtype).item()
 
 
 def _half_ulp_scalar(e: float, stored: torch.dtype) -> float:
@@ -491,7 +498,7 @@ class _Walk:
         self.dtype = dtype
         self.atol, self.rtol = atol, rtol
         # atol as the compute dtype holds it: tolerance >= this everywhere.
-        self.atol_c = torch.tensor(atol, dtype=dtype).item()
+        self.atol_c = _held_as(atol, dtype)
         self.ndim = ndim                      # of the caller's tensor (0 for a scalar)
         n = min(layout.rows_per_chunk * layout.row, max(numel, 1))
         # Widening buffers, only for an input not already in the compute dtype.
