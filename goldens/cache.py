@@ -332,14 +332,17 @@ class _TensorFile:
 
     def __init__(self, path: Path | str):
         self._file = open(path, "rb", buffering=0)
-        self.close = weakref.finalize(self, self._file.close)   # closes once: now, or when collected
+        self._closer = weakref.finalize(self, self._file.close)   # closes once: by close(), or when collected
         try:
-            self._parse(path)
+            self._parse()
         except BaseException:
             self.close()
             raise
 
-    def _parse(self, path: Path | str) -> None:
+    def close(self) -> None:
+        self._closer()
+
+    def _parse(self) -> None:
         head = self._read_exactly(0, 8)
         (size,) = struct.unpack("<Q", head)
         total = os.fstat(self._file.fileno()).st_size
@@ -360,7 +363,7 @@ class _TensorFile:
                 begin, end = (int(n) for n in entry["data_offsets"])
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f"tensor {name!r}: not a known dtype, shape and offsets: {entry!r}") from None
-            nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+            nbytes = math.prod(shape) * dtype.itemsize
             if min(shape, default=0) < 0 or begin < 0 or end - begin != nbytes or self._start + end > total:
                 raise ValueError(f"tensor {name!r}: offsets {begin}..{end} do not hold {entry['dtype']} {list(shape)} "
                                  f"in a file of {total} bytes")
