@@ -426,6 +426,32 @@ def test_the_collector_keeps_no_dumped_tensor():
     assert alive() is None and collector.measured["layers.0.hidden"].passed
 
 
+def _open_paths() -> set[str]:
+    fds = Path("/proc/self/fd")
+    return {str(p.resolve()) for p in fds.iterdir() if p.resolve().is_file()} if fds.is_dir() else set()
+
+
+def test_a_case_leaves_its_golden_intermediates_file_closed_and_unmapped(tmp_path):
+    # read as the device worker reads it: the golden process's file, plain reads, closed at the end
+    from harness.worker.protocol import GoldenRef
+    c = case("reference", "decode_layers", layers=2)
+    ci = generate(c, torch.device("cpu"))
+    cache = GoldenCache(tmp_path)
+    path, key, _ = cache.ensure(c.op, ci.spec, lambda: ci.args)
+    side = str(cache.intermediates_path(c.op, key).resolve())
+    source = GoldenCache(None).intermediates(c.op, ci.spec, path)
+    assert source.get("layers.1.attn") is not None
+    # open while the case runs, and nothing of it mapped (a mapping kept every page read resident)
+    assert side in _open_paths() and side not in Path("/proc/self/maps").read_text()
+    source.close()
+    assert side not in _open_paths()
+    device = Device("cpu")
+    reply = execute_case(c, device, backend(device), GoldenCache(None), KernelLoader(),
+                         golden=GoldenRef(str(path), key, True, 0.0, 0), intermediates="always")
+    assert reply.outcome is Outcome.PASS and reply.metrics["intermediates"]["dumped"] == 15
+    assert side not in _open_paths() and side not in Path("/proc/self/maps").read_text()
+
+
 @pytest.mark.parametrize("kernel", ["torch-sdpa", "torch-flex"])
 def test_adapted_kernels_dump_their_intermediates_as_files(run, kernel):
     reply = run(case(kernel), "always")
