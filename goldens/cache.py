@@ -33,7 +33,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
+import struct
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -172,10 +175,13 @@ class GoldenCache:
 
     def _intermediates_ok(self, op: str, key: str) -> bool:
         try:
-            with safe_open(str(self.intermediates_path(op, key)), framework="pt") as f:
-                return (f.metadata() or {}).get("key") == key
-        except (OSError, SafetensorError):
+            f = _TensorFile(self.intermediates_path(op, key))
+        except (OSError, ValueError):
             return False
+        try:
+            return f.metadata.get("key") == key
+        finally:
+            f.close()
 
     def _store_intermediates(self, op: str, key: str, dtype: torch.dtype,
                              recorded: Mapping[str, torch.Tensor]) -> bool:
@@ -258,22 +264,31 @@ class IntermediateGoldens:
         self._tensors = dict(tensors)
         self.path, self._key = path, key
         self.problem = ""          # why the file could not be used ("" when it could)
+        self._file: _TensorFile | None = None
+        self._names: set[str] = set()
+        self._metadata: dict[str, str] = {}
 
     @classmethod
     def from_file(cls, path: Path, key: str) -> "IntermediateGoldens":
         made = cls({}, path, key)
         try:
-            # kept open while the case runs: one open per launch, not one per intermediate
-            made._file = f = safe_open(str(path), framework="pt")
-            metadata = f.metadata() or {}
-            made._names = set(f.keys())
-        except (OSError, SafetensorError) as exc:
-            made.problem, made._names = f"{path}: {type(exc).__name__}: {exc}", set()
+            # kept open while the case runs (one open per launch, not one per intermediate), and
+            # read with plain reads: nothing of it stays in memory but the tensor last asked for
+            made._file = f = _TensorFile(path)
+        except (OSError, ValueError) as exc:
+            made.problem = f"{path}: {type(exc).__name__}: {exc}"
             return made
-        if metadata.get("key") != key:
-            made.problem, made._names = f"{path} does not hold this case's golden intermediates", set()
-        made._metadata = metadata
+        if f.metadata.get("key") != key:
+            made.problem = f"{path} does not hold this case's golden intermediates"
+            f.close()
+            return made
+        made._names, made._metadata = set(f.names), f.metadata
         return made
+
+    def close(self) -> None:
+        """Close the file now (it is closed anyway when this object is collected)."""
+        if self._file is not None:
+            self._file.close()
 
     def names(self) -> set[str]:
         return set(self._tensors) if self.path is None else set(self._names)
@@ -283,7 +298,11 @@ class IntermediateGoldens:
             return self._tensors.get(name)
         if name not in self._names:
             return None
-        t = self._file.get_tensor(name)
+        try:
+            t = self._file.get_tensor(name)
+        except (OSError, ValueError) as exc:
+            raise GoldenStoreError(f"golden cache: {self.path}: intermediate {name} could not be read "
+                                   f"({type(exc).__name__}: {exc})") from exc
         if self._metadata.get(_DIGEST_PREFIX + name) != _digest({name: t}):
             raise GoldenStoreError(f"golden cache: {self.path}: intermediate {name} does not match its digest")
         return t
@@ -293,6 +312,87 @@ class IntermediateGoldens:
         if golden is None:
             return None
         return golden, self._read(name + goldens.EXACT_SUFFIX)
+
+
+# safetensors' dtype names (https://github.com/huggingface/safetensors, the file format)
+_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                       "U8": torch.uint8, "BOOL": torch.bool}
+
+
+class _TensorFile:
+    """A safetensors file read with plain reads: its header parsed once, each tensor read on
+    request (``readinto`` straight into a new tensor's buffer).
+
+    Not ``safe_open``: it maps the file, and every page a read touched stays resident, counted
+    in the process's RSS, until the mapping closes; kept open for a launch, a 40-layer case's
+    golden intermediates all ended up resident (bench/bench_intermediates_rss.py).  Bad headers,
+    offsets outside the file and truncated payloads raise ``ValueError``; the caller decides.
+    """
+
+    def __init__(self, path: Path | str):
+        self._file = open(path, "rb", buffering=0)
+        self._closer = weakref.finalize(self, self._file.close)   # closes once: by close(), or when collected
+        try:
+            self._parse()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self._closer()
+
+    def _parse(self) -> None:
+        head = self._read_exactly(0, 8)
+        (size,) = struct.unpack("<Q", head)
+        total = os.fstat(self._file.fileno()).st_size
+        if size > total - 8:
+            raise ValueError(f"header of {size} bytes in a file of {total}")
+        try:
+            header = json.loads(self._read_exactly(8, size))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"header is not JSON ({exc})") from None
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
+        metadata = header.pop("__metadata__", None) or {}
+        self.metadata: dict[str, str] = metadata if isinstance(metadata, dict) else {}
+        self._start, self._entries = 8 + size, {}
+        for name, entry in header.items():
+            try:
+                dtype, shape = _SAFETENSORS_DTYPES[entry["dtype"]], tuple(int(n) for n in entry["shape"])
+                begin, end = (int(n) for n in entry["data_offsets"])
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"tensor {name!r}: not a known dtype, shape and offsets: {entry!r}") from None
+            nbytes = math.prod(shape) * dtype.itemsize
+            if min(shape, default=0) < 0 or begin < 0 or end - begin != nbytes or self._start + end > total:
+                raise ValueError(f"tensor {name!r}: offsets {begin}..{end} do not hold {entry['dtype']} {list(shape)} "
+                                 f"in a file of {total} bytes")
+            self._entries[name] = (dtype, shape, self._start + begin)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._entries)
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        dtype, shape, offset = self._entries[name]
+        t = torch.empty(shape, dtype=dtype)
+        if t.numel():
+            self._read_into(offset, memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+        return t
+
+    def _read_exactly(self, offset: int, n: int) -> bytes:
+        buf = bytearray(n)
+        self._read_into(offset, memoryview(buf))
+        return bytes(buf)
+
+    def _read_into(self, offset: int, buf: memoryview) -> None:
+        self._file.seek(offset)
+        done = 0
+        while done < len(buf):
+            got = self._file.readinto(buf[done:])
+            if not got:
+                raise ValueError(f"file ends {len(buf) - done} bytes short of a read at offset {offset}")
+            done += got
 
 
 class GoldenStoreError(RuntimeError):

@@ -107,21 +107,33 @@ def _measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exa
         finite = torch.isfinite(af) & torch.isfinite(ef)
         unfinite = int(finite.numel()) - int(finite.sum())
         af, ef = af[finite], ef[finite]
-    # |a - e| / |e|: inf where a != e == 0, NaN where both are 0 (not above any threshold, as 0 is not)
-    rel = (af - ef).abs_().div_(ef.abs())
-    # one transfer to the host for every count and norm
-    stats = torch.stack([*(torch.count_nonzero(rel > t) for t in THRESHOLDS),
-                         *((af.norm(), ef.norm()) if af.numel() else ())]).tolist()
+    # Each count or norm an earlier figure settles is not taken: every finite pair equal (max abs
+    # 0) has no relative error above a threshold, equal norms and is bit-exact; a max relative
+    # error at or below a threshold has nothing above it.  (ratio_allclose's max rel is the largest
+    # |a - e| / |e| of these very pairs, in the same dtype.)
+    same = cmp.max_abs_error == 0.0 and not unfinite
+    over = [0 if same or cmp.max_rel_error <= t else None for t in THRESHOLDS]
+    if None in over:
+        # |a - e| / |e|: inf where a != e == 0, NaN where both are 0 (not above any threshold, as 0 is not)
+        rel = (af - ef).abs_().div_(ef.abs())
+        over = [int(torch.count_nonzero(rel > t)) if c is None else c for t, c in zip(THRESHOLDS, over)]
+    if af.numel():
+        na = float(af.norm())
+        norms = (na, na if same else float(ef.norm()))
+    else:
+        norms = ()
     metrics: dict[str, Any] = {
-        "cosine": _cosine(af, ef, *stats[len(THRESHOLDS):]),
+        "cosine": _cosine(af, ef, *norms),
         "max_abs": cmp.max_abs_error,
         "max_rel": cmp.max_rel_error,
-        **{f"over_{t:g}": float(int(c) + unfinite) / n for t, c in zip(THRESHOLDS, stats)},
+        **{f"over_{t:g}": float(c + unfinite) / n for t, c in zip(THRESHOLDS, over)},
         "bad_ratio": cmp.bad_ratio, "bad_count": cmp.bad_count, "numel": cmp.numel,
         "atol": atol, "rtol": rtol, "max_error_ratio": max_error_ratio,
     }
-    # bit-exact counts only for a passing intermediate: a failing one skips the roundings
-    bit_exact = cmp.passed and a.is_floating_point() and any(torch.equal(a, e.to(d).to(a.dtype)) for d in _stored_as(a.dtype))
+    # bit-exact counts only for a passing intermediate: a failing one skips the roundings, an equal
+    # one needs none (the golden is then a value of the dump's dtype, its own rounding)
+    bit_exact = cmp.passed and a.is_floating_point() and (
+        same or any(torch.equal(a, e.to(d).to(a.dtype)) for d in _stored_as(a.dtype)))
     note = f"{cmp.nonfinite_actual} NaN/Inf" if cmp.nonfinite_actual else ""
     return Measurement(item.name, cmp.passed, bit_exact, str(actual.dtype).removeprefix("torch."),
                        metrics, dict(cmp.localisation), note)

@@ -26,5 +26,8 @@ def compare_folder(case: Case, folder: Path, cache_root: str | None, golden_dtyp
     cache = GoldenCache(cache_root or None)
     cache.get_or_compute(case.op, ci.spec, ci.args, dtype)
     collector = dumps.Collector(case, ci, cache.intermediates(case.op, ci.spec, None, dtype))
-    collector.read_folder(folder)
-    return collector.to_metrics()
+    try:
+        collector.read_folder(folder)
+        return collector.to_metrics()
+    finally:
+        collector.close()

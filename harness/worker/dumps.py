@@ -95,6 +95,10 @@ class Collector:
                                           rtol=tol.rtol, max_error_ratio=tol.max_error_ratio, rows=self.row_mask,
                                           atol_rms=tol.atol_rms)
 
+    def close(self) -> None:
+        """Close the golden intermediates' file (the measurements stay)."""
+        self.golden.close()
+
     def valid(self) -> str:
         if self.ci.op.name == "decode_layers":
             layers = len(self.items) // len(LAYER_PARTS)

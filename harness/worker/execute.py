@@ -180,6 +180,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
     (every launch dumps); docs/intermediates.md."""
     t0 = time.perf_counter()
     watch = hygiene.Watch(pristine)   # what the kernel leaves behind in this process (docs/architecture.md)
+    collector: dumps.Collector | None = None
     try:
         torch_device = backend.torch_device(device)
         wanted = _stage(Stage.INPUTS, reuse.key, case, golden, golden_dtype) if repeats else ""
@@ -245,6 +246,9 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         return CaseReply(case.case_id, time.perf_counter() - t0, failure=failure,
                          metrics=watch.disturbed.metrics(), replace_worker=watch.disturbed.replace_reason,
                          warnings=watch.disturbed.warnings)
+    finally:
+        if collector is not None:      # its golden intermediates' file (one a rerun that raised made: when collected)
+            collector.close()
     if repeats:
         plan = kept.plan if kept else memory_plan.plan(case, golden_dtype)
         repeats.keep(wanted, reuse.Kept(ci, generated, goldens, hit, launched.buffers, plan),

@@ -43,7 +43,10 @@ whole rows of the trailing dims, through preallocated buffers: the extra
 memory is O(chunk_elems) plus one counter per index of each localised dim,
 whatever the size or strides of the inputs (no input is copied whole).
 Chunks with nothing bad and nothing non-finite cost no localisation work (the
-compared-element counts per index follow from the shape and ``rows``).  The
+compared-element counts per index follow from the shape and ``rows``), and the
+counters (and the 2-D map's) are made by the first chunk with a bad element: a
+comparison with nothing bad makes none, and reads its all-zero localisation
+off the shape and ``rows``.  The
 walk runs under ``torch.no_grad()`` with torch's CPU ops on one thread (the
 caller's thread count is restored after): per-chunk ops are too small to
 share, and spinning OpenMP threads on a loaded machine made them 25x slower.
@@ -106,6 +109,7 @@ the text report, and is ``None`` when no element is bad.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 from dataclasses import dataclass, fields
@@ -156,6 +160,12 @@ def half_ulp(expected: torch.Tensor, stored: torch.dtype, out: torch.Tensor | No
     out = out if out is not None else torch.empty_like(expected)
     torch.bitwise_and(expected.view(itype), mask, out=out.view(itype))
     return out.mul_(2.0 ** -p).clamp_(min=2.0 ** (emin - p))
+
+
+@functools.lru_cache(maxsize=64)
+def _held_as(x: float, dtype: torch.dtype) -> float:
+    """``x`` as a 0-dim tensor of ``dtype`` holds it (a comparison's few tolerances, over and over)."""
+    return torch.tensor(x, dtype=dtype).item()
 
 
 def _half_ulp_scalar(e: float, stored: torch.dtype) -> float:
@@ -488,7 +498,7 @@ class _Walk:
         self.dtype = dtype
         self.atol, self.rtol = atol, rtol
         # atol as the compute dtype holds it: tolerance >= this everywhere.
-        self.atol_c = torch.tensor(atol, dtype=dtype).item()
+        self.atol_c = _held_as(atol, dtype)
         self.ndim = ndim                      # of the caller's tensor (0 for a scalar)
         n = min(layout.rows_per_chunk * layout.row, max(numel, 1))
         # Widening buffers, only for an input not already in the compute dtype.
@@ -501,16 +511,16 @@ class _Walk:
         self.buf_t = torch.empty(n, dtype=dtype, device=device)
         self.buf_r = torch.empty(n, dtype=dtype, device=device)
         self.buf_b = torch.empty(n, dtype=torch.bool, device=device)
-        self.counts = {dim: torch.zeros(layout.shape[dim], dtype=torch.int64)
-                       for dim in sorted(loc_dims)}
+        # One bad counter per index of each localised dim, and the map's counters: made by the
+        # first chunk with a bad element (``_counters``), so a clean comparison makes none.
+        self.loc_dims = tuple(sorted(loc_dims))
+        self.counts: dict[int, torch.Tensor] = {}
         # The blocked 2-D map: cell index of each index of the two dims, and
         # one bad counter per cell (flat, row-major).
         self.map_dims = map_dims
         if map_dims is not None:
-            (self.map_block0, rows), (self.map_block1, cols) = (
+            (self.map_block0, self.map_rows), (self.map_block1, self.map_cols) = (
                 _blocks(layout.shape[d]) for d in map_dims)
-            self.map_cols = cols
-            self.map_counts = torch.zeros(rows * cols, dtype=torch.int64)
         self.bad = 0
         self.nonfinite_a = 0
         self.nonfinite_e = 0
@@ -626,6 +636,12 @@ class _Walk:
 
     # -- bad elements ----------------------------------------------------------
 
+    def _counters(self) -> None:
+        """The localisation counters, all zero, on the first chunk that has a bad element."""
+        self.counts = {dim: torch.zeros(self.layout.shape[dim], dtype=torch.int64) for dim in self.loc_dims}
+        if self.map_dims is not None:
+            self.map_counts = torch.zeros(self.map_rows * self.map_cols, dtype=torch.int64)
+
     def _record_bad(self, ctx, bad: torch.Tensor, nbad: int, key: torch.Tensor,
                     rank: bool) -> None:
         """First bad indices, worst elements and localisation counts of one chunk.
@@ -637,6 +653,8 @@ class _Walk:
         outer, j = ctx[0], ctx[1]
         flat, key = bad.view(-1), key.view(-1)
         k = min(nbad, _KEEP_WORST)
+        if self.loc_dims and not self.counts:
+            self._counters()
         if nbad * _SPARSE < flat.numel():
             qs = torch.nonzero(flat).flatten()
             if len(self.first) < _KEEP_FIRST:
@@ -807,6 +825,17 @@ def _compared_per_index(shape: tuple[int, ...], dim: int,
     return torch.full((shape[dim],), float(per_index), dtype=torch.float64)
 
 
+def _clean_ratios(shape: tuple[int, ...], dim: int, mask: torch.Tensor | None, numel: int) -> tuple[float, ...]:
+    """``_ratios`` of a comparison with nothing bad, without a tensor: 0.0 at each index of
+    ``dim`` with compared elements, NaN (0 / 0) at one without (``_compared_per_index``)."""
+    if dim == 0:
+        inner = math.prod(shape[1:])
+        compared = [inner] * shape[0] if mask is None else [inner if m else 0 for m in mask.tolist()]
+        return tuple(0.0 if c else math.nan for c in compared)
+    per_index = numel // shape[dim] if shape[dim] else 0
+    return (0.0 if per_index else math.nan,) * shape[dim]
+
+
 def _blocks(n: int) -> tuple[int, int]:
     """Block size (``ceil(n / MAP_CELLS)``, at least 1) and number of cells for ``n`` indices."""
     block = max(1, -(-n // MAP_CELLS))
@@ -946,12 +975,16 @@ def ratio_allclose(actual: torch.Tensor, expected: torch.Tensor, *, atol: float,
 
     localisation: dict[str, tuple[float, ...]] = {}
     for dim, axis in named.items():
-        localisation[axis] = _ratios(walk.counts[dim], _compared_per_index(shape, dim, mask))
+        if walk.counts:
+            localisation[axis] = _ratios(walk.counts[dim], _compared_per_index(shape, dim, mask))
+        else:                                   # nothing bad: 0 where compared, NaN where not
+            localisation[axis] = _clean_ratios(shape, dim, mask, numel)
     for gname, (dim, labels) in group_specs.items():
         keep = labels >= 0
         size = int(labels.max().item()) + 1 if bool(keep.any()) else 0
         lab = labels[keep]
-        bad = torch.bincount(lab, weights=walk.counts[dim][keep].to(torch.float64), minlength=size)
+        counts = walk.counts[dim] if walk.counts else torch.zeros(shape[dim], dtype=torch.int64)
+        bad = torch.bincount(lab, weights=counts[keep].to(torch.float64), minlength=size)
         cmp = torch.bincount(lab, weights=_compared_per_index(shape, dim, mask)[keep],
                              minlength=size)
         localisation[gname] = _ratios(bad, cmp)

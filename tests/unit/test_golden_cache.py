@@ -279,3 +279,70 @@ def test_default_cache_dir_precedence(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_cache_dir() == tmp_path / "home" / ".cache" / "fused-kernel-harness" / "goldens"
+
+
+# -- the golden intermediates' file: plain reads, no mapping (bench/bench_intermediates_rss.py) ----
+
+def _odd_tensors() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    return {"a": torch.randn(3, 5, generator=g),                        # 60 bytes
+            "b": torch.randn(7, generator=g).to(torch.bfloat16),       # 14: every later offset odd-aligned
+            "c": torch.arange(5, dtype=torch.int8),                    # 5
+            "d": torch.randn(2, 3, generator=g, dtype=torch.float64),
+            "empty": torch.empty(0, 4), "scalar": torch.tensor(2.5), "flags": torch.tensor([True, False, True])}
+
+
+def test_tensor_file_reads_back_every_tensor_bit_for_bit(tmp_path):
+    from safetensors.torch import save_file
+    tensors = _odd_tensors()
+    path = tmp_path / "t.safetensors"
+    save_file(tensors, str(path), metadata={"key": "k", "digest:a": "x"})
+    f = cache_module._TensorFile(path)
+    try:
+        assert f.metadata == {"key": "k", "digest:a": "x"} and set(f.names) == set(tensors)
+        for name in ("d", "b", "scalar", "a", "empty", "c", "flags", "b"):     # any order, twice
+            got = f.get_tensor(name)
+            assert got.dtype == tensors[name].dtype and got.shape == tensors[name].shape, name
+            assert torch.equal(got.reshape(-1).view(torch.uint8), tensors[name].reshape(-1).view(torch.uint8)), name
+    finally:
+        f.close()
+
+
+def test_tensor_file_keeps_no_mapping_and_closes(tmp_path):
+    from safetensors.torch import save_file
+    path = tmp_path / "t.safetensors"
+    save_file(_odd_tensors(), str(path))
+    f = cache_module._TensorFile(path)
+    f.get_tensor("a")
+    assert str(path) not in Path("/proc/self/maps").read_text()
+    f.close()
+    f.close()                                    # closing twice is fine
+    with pytest.raises(ValueError):              # a closed file: ValueError, as any unusable file
+        f.get_tensor("a")
+
+
+@pytest.mark.parametrize("damage", ["short header", "not json", "payload cut short", "cut after the header",
+                                    "cut after it was opened"])
+def test_tensor_file_refuses_a_damaged_file_with_value_error(tmp_path, damage):
+    from safetensors.torch import save_file
+    path = tmp_path / "t.safetensors"
+    save_file(_odd_tensors(), str(path))
+    data = path.read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    if damage == "short header":
+        path.write_bytes(data[:5])
+    elif damage == "not json":
+        path.write_bytes(data[:8] + b"{" * size + data[8 + size:])
+    elif damage == "payload cut short":
+        path.write_bytes(data[:-3])
+    elif damage == "cut after the header":
+        path.write_bytes(data[:8 + size + 10])
+    else:                                         # the file shrinks under an open reader: a short read
+        f = cache_module._TensorFile(path)
+        os.truncate(path, 8 + size + 10)
+        with pytest.raises(ValueError, match="bytes short"):
+            for name in f.names:
+                f.get_tensor(name)
+        return
+    with pytest.raises(ValueError):
+        cache_module._TensorFile(path)

@@ -139,6 +139,33 @@ def test_metrics_count_nan_and_inf_pairs_over_every_threshold_and_skip_masked_ro
     assert m.metrics["cosine"] == pytest.approx(float(a @ e / (a.norm() * e.norm())), rel=1e-6)
 
 
+@pytest.mark.parametrize("scale, bit_exact", [(0.0, True), (1e-4, False), (3e-3, False), (1e-1, False)])
+def test_metrics_skip_only_the_passes_an_earlier_figure_settles(scale, bit_exact):
+    # relative errors up to ``scale``: none, all under 1/1000, some between, some over both; every
+    # figure is what the whole computation gives, to the bit
+    item = intermediates("rope_kv_write")[4]
+    gen = torch.Generator().manual_seed(5)
+    golden = torch.randn(4, 2, 8, generator=gen)
+    actual = golden * (1 + scale * (2 * torch.rand(4, 2, 8, generator=gen) - 1))
+    m = measure(item, actual, golden, None, atol=1.0, rtol=1.0, max_error_ratio=0.0)
+    af, ef = actual.flatten(), golden.flatten()
+    rel = (af - ef).abs() / ef.abs()
+    na, ne = float(af.norm()), float(ef.norm())
+    assert m.metrics["over_0.001"] == int((rel > 1e-3).sum()) / af.numel()
+    assert m.metrics["over_0.005"] == int((rel > 5e-3).sum()) / af.numel()
+    assert m.metrics["cosine"] == float((af @ ef) / (na * ne))
+    assert m.passed and m.bit_exact is bit_exact
+    if scale == 3e-3:
+        assert 0 < m.metrics["over_0.001"] and m.metrics["over_0.005"] == 0
+
+
+def test_an_equal_low_precision_dump_is_bit_exact():
+    item = intermediates("rope_kv_write")[4]
+    golden = torch.randn(2, 2, 4, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).float()
+    m = measure(item, golden.to(torch.bfloat16), golden, None, atol=1e-2, rtol=1e-2, max_error_ratio=0.0)
+    assert m.bit_exact and m.metrics["max_abs"] == 0.0 and m.metrics["over_0.001"] == 0.0
+
+
 def test_metrics_do_not_depend_on_torchs_thread_count():
     item = intermediates("fused_rope_decode_attention")[5]     # attn [rows, Hq, D]
     gen = torch.Generator().manual_seed(3)
@@ -397,6 +424,32 @@ def test_the_collector_keeps_no_dumped_tensor():
     del t
     gc.collect()
     assert alive() is None and collector.measured["layers.0.hidden"].passed
+
+
+def _open_paths() -> set[str]:
+    fds = Path("/proc/self/fd")
+    return {str(p.resolve()) for p in fds.iterdir() if p.resolve().is_file()} if fds.is_dir() else set()
+
+
+def test_a_case_leaves_its_golden_intermediates_file_closed_and_unmapped(tmp_path):
+    # read as the device worker reads it: the golden process's file, plain reads, closed at the end
+    from harness.worker.protocol import GoldenRef
+    c = case("reference", "decode_layers", layers=2)
+    ci = generate(c, torch.device("cpu"))
+    cache = GoldenCache(tmp_path)
+    path, key, _ = cache.ensure(c.op, ci.spec, lambda: ci.args)
+    side = str(cache.intermediates_path(c.op, key).resolve())
+    source = GoldenCache(None).intermediates(c.op, ci.spec, path)
+    assert source.get("layers.1.attn") is not None
+    # open while the case runs, and nothing of it mapped (a mapping kept every page read resident)
+    assert side in _open_paths() and side not in Path("/proc/self/maps").read_text()
+    source.close()
+    assert side not in _open_paths()
+    device = Device("cpu")
+    reply = execute_case(c, device, backend(device), GoldenCache(None), KernelLoader(),
+                         golden=GoldenRef(str(path), key, True, 0.0, 0), intermediates="always")
+    assert reply.outcome is Outcome.PASS and reply.metrics["intermediates"]["dumped"] == 15
+    assert side not in _open_paths() and side not in Path("/proc/self/maps").read_text()
 
 
 @pytest.mark.parametrize("kernel", ["torch-sdpa", "torch-flex"])

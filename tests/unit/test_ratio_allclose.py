@@ -417,6 +417,52 @@ def test_chunking_does_not_change_the_result():
     assert all(m == metrics[0] for m in metrics)
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("chunk", [1, 13, 1 << 18])
+def test_a_clean_comparison_matches_naive(shape, chunk):
+    # nothing bad: no counter is made, the localisation is 0.0 where compared, NaN where not
+    g = torch.Generator().manual_seed(len(shape))
+    expected = torch.randn(shape, generator=g)
+    actual = expected + 1e-5 * torch.randn(shape, generator=g)
+    axes = tuple(f"d{i}" for i in range(len(shape)))
+    rows = (torch.arange(shape[0]) % 3 != 1) if shape[0] > 2 else None
+    kw = dict(atol=1e-3, rtol=1e-3, max_error_ratio=0.0)
+    c = ratio_allclose(actual, expected, axes=axes, rows=rows, chunk_elems=chunk, **kw)
+    assert c.passed and c.bad_count == 0 and c.map is None
+    assert_matches_naive(c, naive(actual, expected, rows=rows, axes=axes, **kw))
+
+
+def test_a_clean_comparison_localises_groups_and_unselected_rows():
+    t = torch.zeros(6, 3)
+    rows = torch.tensor([True, True, False, False, True, True])
+    c = ratio_allclose(t, t.clone(), atol=0.0, rtol=0.0, max_error_ratio=0.0, axes=("tok", None), rows=rows,
+                       groups={"seq": (0, [0, 0, 1, 1, -1, 2]), "col": (-1, [1, 0, 1])})
+    assert same_floats(c.localisation["tok"], (0.0, 0.0, NAN, NAN, 0.0, 0.0))
+    assert same_floats(c.localisation["seq"], (0.0, NAN, 0.0))
+    assert c.localisation["col"] == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("where", [(3, 5, 4), (0, 0, 0)])
+def test_counters_first_made_in_any_chunk_count_the_same(where):
+    # the counters are made by the first chunk with a bad element: the first chunk or the last
+    expected = torch.zeros(4, 6, 5)
+    actual = expected.clone()
+    actual[where] = 1.0
+    actual[2, 1, 3] = NAN
+    kw = dict(atol=1e-3, rtol=1e-3, max_error_ratio=0.1, axes=("a", "b", "c"),
+              groups={"g": (1, [0, 0, 1, 1, 2, 2])})
+    results = [ratio_allclose(actual, expected, chunk_elems=n, **kw) for n in (1, 7, 30, 1 << 18)]
+    metrics = [json.dumps(c.to_metrics()) for c in results]
+    assert all(m == metrics[0] for m in metrics)
+    c = results[0]
+    assert c.bad_count == 2 and c.map is not None
+    groups = [0.0, 0.0, 0.0]
+    groups[0] += 1 / 40                          # the NaN at head 1
+    groups[where[1] // 2] += 1 / 40
+    assert c.localisation["g"] == tuple(groups)
+    assert c.localisation["a"][where[0]] == 1 / 30 and c.localisation["a"][2] == 1 / 30
+
+
 def test_inputs_that_require_grad():
     actual = torch.zeros(3, requires_grad=True)
     c = ratio_allclose(actual, torch.ones(3), atol=0.0, rtol=0.0, max_error_ratio=0.0)
