@@ -50,7 +50,10 @@ def one_bisect(work: Path, args: argparse.Namespace, goldens: Path) -> dict:
         print(proc.stdout[-2000:], proc.stderr[-2000:])
         raise SystemExit(f"bisect wrote no result (exit {proc.returncode})")
     culprit = shas[args.slow_from]
-    if doc["first_slow"] is None:
+    if doc["first_slow"] is None and not doc["candidates"]:     # the bad end was not measured slower
+        answer = f"no answer ({doc.get('why') or 'no reason given'})"
+        answer = answer.replace(shas[-1][:12], "the bad end")
+    elif doc["first_slow"] is None:
         answer = "range holding the culprit" if culprit in doc["candidates"] else "range WITHOUT the culprit"
     else:
         answer = "named the culprit" if doc["first_slow"] == culprit else "named a WRONG commit"
