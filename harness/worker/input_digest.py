@@ -2,14 +2,15 @@
 
 Two runs, two thread counts or two devices that generated the same bytes give the same
 digest.  Per tensor (in contract order: the op's arguments as ``harness.ops`` lists them,
-caches in their pre-launch state) the bytes are read as int32 words laid out in rows of
-``PERIOD`` (a prime; a short last row zero-padded), and the rows are taken in groups of
-``GROUP_ROWS``.  Two int64 vectors of ``PERIOD`` sums come back to the host: the column
-sums, and the column sums weighted by ``1 + group % 1021``.  Integer sums are exact in
-any order and stay below 2**63 for tensors up to tens of GB, so the reduction may be
-split over threads or run on any device.  blake2b then folds them with each tensor's
-name, dtype and shape.  It fingerprints identical bytes; it is not a cryptographic hash
-(equal and opposite changes in one column of one group cancel).
+caches in their pre-launch state) the bytes are read as little-endian int64 words laid out
+in rows of ``PERIOD`` (a prime; a short last row zero-padded), and the rows are taken in
+groups of ``GROUP_ROWS``.  Two vectors of ``PERIOD`` sums come back to the host: the column
+sums, and the column sums weighted by ``1 + group % 1021``, both modulo 2**64.  Sums modulo
+2**64 are the same in any order, so the reduction may be split over threads or run on any
+device, and the words are summed as they lie, in one read of the bytes: no widening pass.
+blake2b then folds the sums with each tensor's name, dtype and shape.  It fingerprints
+identical bytes; it is not a cryptographic hash (equal and opposite changes in one column of
+one group cancel).
 """
 from __future__ import annotations
 
@@ -24,10 +25,7 @@ from harness.ops import OpSpec
 PERIOD = 4093
 GROUP_ROWS = 64
 _WEIGHTS = 1021
-# Groups widened to int64 and summed together, per device type: 4 MiB at a time on the CPU
-# (it stays in cache), 32 MiB elsewhere (fewer launches).
-CHUNK_GROUPS = {"cpu": 2, "other": 16}
-FOLD_GROUPS = 256      # group sums kept (8 MiB) before they are added to the two totals
+FOLD_GROUPS = 256      # groups summed at a time: their sums (8 MiB) are added to the totals before the next
 
 
 @dataclass(frozen=True)
@@ -58,30 +56,25 @@ def fold(h: "hashlib._Hash", t: torch.Tensor) -> None:
 
 
 def column_sums(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(plain, group-weighted) int64 column sums of t's bytes as int32 words in rows of PERIOD."""
+    """(plain, group-weighted) column sums modulo 2**64 of t's bytes as int64 words in rows of PERIOD."""
     rows, last = _rows(t)
     device = rows.device
     plain = torch.zeros(PERIOD, dtype=torch.int64, device=device)
     weighted = torch.zeros_like(plain)
     full = rows.shape[0] // GROUP_ROWS
-    # The int32 words are widened a chunk of groups at a time into one int64 buffer reused
-    # throughout (on the CPU small enough to stay in cache): widening the whole tensor, or a
-    # fresh temporary per chunk, cost more in page faults than the sums (docs/benchmarks.md).
-    chunk = CHUNK_GROUPS.get(device.type, CHUNK_GROUPS["other"])
     if full:
-        wide = torch.empty(min(chunk, full) * GROUP_ROWS, PERIOD, dtype=torch.int64, device=device)
         group_sums = torch.empty(min(FOLD_GROUPS, full), PERIOD, dtype=torch.int64, device=device)
-    kept = 0                                       # group sums waiting in group_sums
-    for g0 in range(0, full, chunk):
-        k = min(chunk, full - g0)
-        block = wide[:k * GROUP_ROWS]
-        block.copy_(rows[g0 * GROUP_ROWS:(g0 + k) * GROUP_ROWS])
-        torch.sum(block.view(k, GROUP_ROWS, PERIOD), 1, out=group_sums[kept:kept + k])
-        kept += k
-        if kept + chunk > len(group_sums) or g0 + k == full:
-            _add_groups(plain, weighted, group_sums[:kept], g0 + k - kept)
-            kept = 0
-    rest = rows[full * GROUP_ROWS:].sum(0, dtype=torch.int64)   # the last, partial group (< GROUP_ROWS rows)
+    # int64 addition and multiplication wrap on every device torch runs on; the sums are those of
+    # the integers modulo 2**64 whatever the order (tests/unit/test_input_digest.py checks them
+    # against numpy's unsigned arithmetic, which is defined to wrap).
+    for g0 in range(0, full, FOLD_GROUPS):
+        k = min(FOLD_GROUPS, full - g0)
+        sums = group_sums[:k]
+        torch.sum(rows[g0 * GROUP_ROWS:(g0 + k) * GROUP_ROWS].view(k, GROUP_ROWS, PERIOD), 1, out=sums)
+        weights = 1 + torch.arange(g0, g0 + k, device=device) % _WEIGHTS
+        plain += sums.sum(0)
+        weighted += (sums * weights[:, None]).sum(0)
+    rest = rows[full * GROUP_ROWS:].sum(0)          # the last, partial group (< GROUP_ROWS rows)
     if last is not None:
         rest += last
     plain += rest
@@ -89,24 +82,17 @@ def column_sums(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return plain, weighted
 
 
-def _add_groups(plain: torch.Tensor, weighted: torch.Tensor, sums: torch.Tensor, first: int) -> None:
-    """Add groups ``first ..``'s column sums (one row each) to both totals."""
-    weights = 1 + torch.arange(first, first + len(sums), device=sums.device) % _WEIGHTS
-    plain += sums.sum(0)
-    weighted += (sums * weights[:, None]).sum(0)
-
-
 def _rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """t's bytes as int32 words: the whole rows of PERIOD (a view, no copy), and the last, short
-    row zero-padded to PERIOD and widened to int64 (None when there is none)."""
+    """t's bytes as int64 words: the whole rows of PERIOD (a view, no copy), and the last, short
+    row zero-padded to PERIOD (None when there is none)."""
     raw = t.detach().contiguous().view(-1).view(torch.uint8)
-    if raw.storage_offset() % 4:                   # a word view needs an aligned start
+    if raw.storage_offset() % 8:                   # a word view needs an aligned start
         raw = raw.clone()
-    whole = raw.numel() // (4 * PERIOD) * PERIOD   # words in whole rows
-    rows = raw[:whole * 4].view(torch.int32).view(-1, PERIOD)
-    tail = raw[whole * 4:]
+    whole = raw.numel() // (8 * PERIOD) * PERIOD   # words in whole rows
+    rows = raw[:whole * 8].view(torch.int64).view(-1, PERIOD)
+    tail = raw[whole * 8:]
     if not tail.numel():
         return rows, None
-    padded = tail.new_zeros(PERIOD * 4)
+    padded = tail.new_zeros(PERIOD * 8)
     padded[:tail.numel()] = tail
-    return rows, padded.view(torch.int32).to(torch.int64)
+    return rows, padded.view(torch.int64)

@@ -13,7 +13,7 @@ import torch
 from harness.case import ATTENTION_SPREADS, PRESETS, Case, SeqLens, SlotMode
 from harness.ops import OPS
 from harness.worker import counter_rng
-from harness.worker.input_digest import digest_inputs
+from harness.worker.input_digest import GROUP_ROWS, PERIOD, digest_inputs
 from harness.worker.inputs import generate
 
 # larger than the base (so draws copy windows) and ends mid-window, so every branch runs
@@ -151,9 +151,10 @@ def test_digest_sees_one_changed_element_and_two_swapped_ones():
     assert digest_inputs(ci.op, ci.args).digest != d
     cache[12345] = saved
     assert digest_inputs(ci.op, ci.args).digest == d
-    a, b = cache[10].clone(), cache[10 + 4093 * 2 * 64].clone()   # same column, other row group
+    group = PERIOD * GROUP_ROWS * 8 // cache.element_size()      # elements in a group of rows
+    a, b = cache[10].clone(), cache[10 + group].clone()            # same column, other row group
     assert not torch.equal(a, b)
-    cache[10], cache[10 + 4093 * 2 * 64] = b, a
+    cache[10], cache[10 + group] = b, a
     assert digest_inputs(ci.op, ci.args).digest != d
 
 
