@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -127,13 +129,21 @@ def _every_case_once(outs: list) -> list[str]:
     return ids
 
 
-def test_shards_one_after_another_beside_one_store_run_every_case_once(tmp_path, golden_cache_dir):
-    outs = _one_host(tmp_path, golden_cache_dir)
+@pytest.fixture(scope="module")
+def one_host(tmp_path_factory) -> tuple:
+    """The three shards run once for the tests that only read them (each CLI run costs seconds):
+    their directory (the default store under it) and their JSON files, which no test changes."""
+    where = tmp_path_factory.mktemp("one-host")
+    return where, _one_host(where, tmp_path_factory.mktemp("one-host-goldens"))
+
+
+def test_shards_one_after_another_beside_one_store_run_every_case_once(tmp_path, one_host):
+    where, outs = one_host
     ids = _every_case_once(outs)
     assert {json.loads(out.read_text())["shard"]["balanced_by"] for out in outs} == {"count"}
     for sources in ([str(o) for o in outs], ["reports/results.sqlite"]):
         merged = tmp_path / "merged.json"
-        proc = run_harness("report", "--merge", *sources, "--json", str(merged), cwd=tmp_path)
+        proc = run_harness("report", "--merge", *sources, "--json", str(merged), cwd=where)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         doc = json.loads(merged.read_text())
         assert sorted(r["case_id"] for r in doc["results"]) == sorted(ids) and doc["warnings"] == []
@@ -162,8 +172,8 @@ def _planned(path, planned: list[str]) -> None:
     path.write_text(json.dumps(doc))
 
 
-def test_merging_overlapping_or_gapped_plans_exits_2_in_one_line(tmp_path, golden_cache_dir):
-    outs = _one_host(tmp_path, golden_cache_dir, "--store", str(tmp_path / "one.sqlite"))
+def test_merging_overlapping_or_gapped_plans_exits_2_in_one_line(tmp_path, one_host):
+    outs = [Path(shutil.copy(out, tmp_path)) for out in one_host[1]]     # copies: their plans are edited below
     plans = [json.loads(out.read_text())["shard"]["planned"] for out in outs]
 
     _planned(outs[1], plans[1] + [plans[0][0]])                     # overlap: shard 2 also planned one of 1's
