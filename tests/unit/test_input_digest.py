@@ -53,7 +53,7 @@ def test_sums_are_the_defined_ones_however_they_are_chunked(n, keep, monkeypatch
 
 def test_a_view_that_does_not_start_on_a_word_is_summed_as_its_own_bytes():
     t = words(3 * ROW).view(torch.bfloat16)
-    for view in (t[1:], t[1:2 * PERIOD + 1], t.view(-1, 6)[:, 1:4]):
+    for view in (t[1:], t[1:2 * ROW + 1], t.view(-1, 6)[:, 1:4]):   # the middle one: one whole row
         got, want = column_sums(view), defined(view)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
