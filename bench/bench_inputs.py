@@ -6,7 +6,9 @@
 Per torch thread count, in rounds (every side once per round, the order rotating from round to
 round, so drift and another tenant's burst fall on all sides alike): ``fill`` (torch.empty of the
 inputs' bytes + fill_, the floor: it pays the same first-touch page faults), ``fill prefaulted``
-(the same after ``prefault.prefault``), ``generation`` (``harness.worker.inputs.generate``),
+(the same after ``prefault.prefault``), ``generation`` (``harness.worker.inputs.generate`` with no
+stream base kept, as the first case of a seed in a worker), ``bases kept`` (the same with the
+case's bases kept from an untimed call just before, as every later case of that seed),
 ``no prefault`` (the same with ``prefault.prefault`` a no-op: what prefaulting gives), ``before``
 (``generate`` as it was at git ref --before; skipped when the ref is not there), ``digest``
 (``input_digest.digest_inputs``) and ``digest before`` (at --digest-before).  Each side's time is
@@ -35,7 +37,7 @@ import torch  # noqa: E402
 
 from harness import stats  # noqa: E402
 from harness.case import PRESETS, Case, SeqLens, SlotMode  # noqa: E402
-from harness.worker import prefault  # noqa: E402
+from harness.worker import counter_rng, prefault  # noqa: E402
 from harness.worker.input_digest import digest_inputs  # noqa: E402
 from harness.worker.inputs import generate  # noqa: E402
 
@@ -79,6 +81,19 @@ def interval(values: list[float]) -> tuple[float, float]:
     return stats.median_ci(values) or (min(values), max(values))
 
 
+def cold(fn) -> float:
+    """``fn``'s seconds with no stream base kept from before: what the first case of a seed pays."""
+    counter_rng._kept.clear()
+    return seconds(fn)
+
+
+def warm(fn) -> float:
+    """``fn``'s seconds with the bases it draws kept from an untimed call before: what every later
+    case with the same seed pays in a worker (``counter_rng._KEPT_BASES``)."""
+    fn()
+    return seconds(fn)
+
+
 def noise(values: list[float]) -> float:
     """The interval's half-width relative to the median."""
     lo, hi = interval(values)
@@ -119,12 +134,13 @@ def main() -> None:
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; MADV_POPULATE_WRITE "
           f"{'works' if prefault.prefault(probe) else 'unsupported'} here")
     del probe
-    sides = {"fill": lambda: torch.empty(nbytes, dtype=torch.uint8).fill_(1),
-             "fill prefaulted": lambda: fill_prefaulted(nbytes),
-             "generation": lambda: generate(case),
-             "no prefault": lambda: without_prefault(case)}
+    sides = {"fill": lambda: seconds(lambda: torch.empty(nbytes, dtype=torch.uint8).fill_(1)),
+             "fill prefaulted": lambda: seconds(lambda: fill_prefaulted(nbytes)),
+             "generation": lambda: cold(lambda: generate(case)),
+             "bases kept": lambda: warm(lambda: generate(case)),
+             "no prefault": lambda: cold(lambda: without_prefault(case))}
     if before is not None:
-        sides["before"] = lambda: before(case)
+        sides["before"] = lambda: cold(lambda: before(case))
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
         runs: dict[str, list[float]] = {k: [] for k in (*sides, "digest", "digest before")}
@@ -132,7 +148,7 @@ def main() -> None:
         names = list(sides)
         for r in range(args.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
-                runs[name].append(seconds(sides[name]))
+                runs[name].append(sides[name]())
             drawn = generate(case)
             runs["digest"].append(seconds(lambda drawn=drawn: digest_inputs(drawn.op, drawn.args)))
             if digest_before is not None:
@@ -144,8 +160,10 @@ def main() -> None:
             if values:
                 print(f"  {name:>16}: {statistics.median(values):.3f} s (noise ±{100 * noise(values):.0f}%)")
         per_round = [(g + d) / f for f, g, d in zip(runs["fill"], runs["generation"], runs["digest"])]
+        kept = [(g + d) / f for f, g, d in zip(runs["fill"], runs["bases kept"], runs["digest"])]
         unfaulted = [(g + d) / f for f, g, d in zip(runs["fill"], runs["no prefault"], runs["digest"])]
         for label, ratios in (("inputs (generation + digest) / fill", per_round),
+                              ("the same, bases kept from the last case", kept),
                               ("the same without prefault", unfaulted)):
             lo, hi = interval(ratios)
             print(f"  {label}: {statistics.median(ratios):.2f}x (95% CI {lo:.2f}-{hi:.2f}x, rounds "

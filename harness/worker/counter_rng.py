@@ -16,15 +16,17 @@ Two levels, so that a large tensor costs about one copy of its bytes:
   windows of ``WINDOW`` consecutive elements, each starting at an offset in
   ``[0, BASE)`` hashed from the window's number with a second key.
 
-A large draw hashes the base once (about a million elements) and then copies one
-window per ``WINDOW`` elements (``index_select`` over the base's unfolded windows); a
-small draw hashes the base positions of its own elements only.  Both compute the same
+A large draw hashes the base once (about a million elements; the last few bases are kept
+for the next case with the same seed) and then copies one window per ``WINDOW`` elements
+(``index_select`` over the base's unfolded windows); a small draw hashes the base
+positions of its own elements only.  Both compute the same
 function.  Within a window the values are consecutive independent draws; two windows
 share values only where their offsets lie within ``WINDOW`` of each other, shifted.
 """
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from functools import lru_cache
 
 import torch
@@ -91,14 +93,41 @@ def _base_draws(positions: torch.Tensor, keys: tuple[int, int, int, int]) -> tor
     return torch.where(positions.bitwise_and(1).bool(), torch.bitwise_right_shift(h, 16), h.bitwise_and_(0xFFFF))
 
 
+_BASE_CHUNK = 1 << 16            # words hashed at a time on the host: the int64 temporaries stay in cache
+
+
 def _base(keys: tuple[int, int, int, int], values: torch.Tensor) -> torch.Tensor:
     """Every base element of the stream, as values: hashed a word at a time, both halves used."""
-    words = _mix(torch.arange(_BASE_LEN // 2, dtype=torch.int64, device=values.device), keys[0], keys[1])
-    # Two lookups of half the length, interleaved by one stack of the small values: half the
-    # time of stacking the int64 draws and indexing once (the same values).
-    low = torch.index_select(values, 0, words.bitwise_and(0xFFFF))
-    high = torch.index_select(values, 0, words.bitwise_right_shift_(16))
-    return torch.stack([low, high], dim=1).view(-1)
+    half = _BASE_LEN // 2
+    out = torch.empty(half, 2, dtype=values.dtype, device=values.device)
+    chunk = _BASE_CHUNK if values.device.type == "cpu" else half     # one launch each on an accelerator
+    for first in range(0, half, chunk):
+        last = min(half, first + chunk)
+        words = _mix(torch.arange(first, last, dtype=torch.int64, device=values.device), keys[0], keys[1])
+        # Two lookups of half the length, interleaved by one stack of the small values: half the
+        # time of stacking the int64 draws and indexing once (the same values).
+        low = torch.index_select(values, 0, words.bitwise_and(0xFFFF))
+        high = torch.index_select(values, 0, words.bitwise_right_shift_(16))
+        torch.stack([low, high], dim=1, out=out[first:last])
+    return out.view(-1)
+
+
+# The last few bases built, by stream and table: the cases of a matrix that share a seed draw
+# the same streams (a case's caches, then the next case's), and a base costs ~10 ms to hash.
+# Four hold about 17 MB at most (float32).
+_KEPT_BASES = 4
+_kept: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+
+
+def _kept_base(keys: tuple[int, int, int, int], values: torch.Tensor, table_key: tuple) -> torch.Tensor:
+    key = (keys, table_key)
+    if key in _kept:
+        _kept.move_to_end(key)
+    else:
+        _kept[key] = _base(keys, values)
+        while len(_kept) > _KEPT_BASES:
+            _kept.popitem(last=False)
+    return _kept[key]
 
 
 def _offsets(first: int, last: int, keys: tuple[int, int, int, int], device: torch.device) -> torch.Tensor:
@@ -116,21 +145,52 @@ def _positions(start: int, count: int, keys: tuple[int, int, int, int], device: 
     return _offsets(first, (start + count - 1) // WINDOW + 1, keys, device)[windows - first] + f.bitwise_and(WINDOW - 1)
 
 
-def _copy_windows(target: torch.Tensor, start: int, base: torch.Tensor, keys: tuple[int, int, int, int]) -> None:
-    """``target`` is stream elements ``start ..``: whole windows copied from the base, the
-    partial ones at either end gathered element by element."""
-    end = start + target.numel()
-    lo, hi = min(-(-start // WINDOW) * WINDOW, end), max(end // WINDOW * WINDOW, start)
-    if lo >= hi:                  # inside one window
-        target.copy_(base[_positions(start, end - start, keys, base.device)])
-        return
-    if lo > start:
-        target[:lo - start] = base[_positions(start, lo - start, keys, base.device)]
-    windows = base.unfold(0, WINDOW, 1)                  # a view: row o is base[o : o + WINDOW]
-    torch.index_select(windows, 0, _offsets(lo // WINDOW, hi // WINDOW, keys, base.device),
-                       out=target[lo - start:hi - start].view(-1, WINDOW))
-    if hi < end:
-        target[hi - start:] = base[_positions(hi, end - hi, keys, base.device)]
+class Stream:
+    """Stream (seed, name) of ``kind`` values, times ``scale`` plus ``shift`` and rounded once to
+    ``dtype``, written a piece at a time: ``write(out, start)`` puts elements ``start ..`` into
+    ``out``.  ``elements``: how many the pieces hold in all; from ``_BASE_LEN`` on the base is
+    hashed once and windows are copied from it, below that each element is hashed."""
+
+    def __init__(self, seed: int, name: str, kind: str, dtype: torch.dtype, device: torch.device | str,
+                 elements: int, *, scale: float = 1.0, shift: float = 0.0) -> None:
+        self.device = torch.device(device)
+        self.keys = stream_keys(seed, name)
+        self.values = table(kind, dtype, self.device, scale, shift)
+        self.base = (_kept_base(self.keys, self.values, (kind, dtype, self.device, scale, shift))
+                     if elements >= _BASE_LEN else None)
+        self._offset_blocks: dict[int, torch.Tensor] = {}
+
+    def write(self, out: torch.Tensor, start: int) -> None:
+        flat = out.view(-1)
+        if self.base is None:
+            flat.copy_(self.values[_base_draws(_positions(start, flat.numel(), self.keys, self.device), self.keys)])
+            return
+        end = start + flat.numel()
+        lo, hi = min(-(-start // WINDOW) * WINDOW, end), max(end // WINDOW * WINDOW, start)
+        if lo >= hi:                  # inside one window
+            flat.copy_(self.base[_positions(start, end - start, self.keys, self.device)])
+            return
+        if lo > start:                # the partial windows at either end: element by element
+            flat[:lo - start] = self.base[_positions(start, lo - start, self.keys, self.device)]
+        windows = self.base.unfold(0, WINDOW, 1)                  # a view: row o is base[o : o + WINDOW]
+        torch.index_select(windows, 0, self._offsets(lo // WINDOW, hi // WINDOW),
+                           out=flat[lo - start:hi - start].view(-1, WINDOW))
+        if hi < end:
+            flat[hi - start:] = self.base[_positions(hi, end - hi, self.keys, self.device)]
+
+    def _offsets(self, first: int, last: int) -> torch.Tensor:
+        """Base offsets of windows ``first .. last - 1``: hashed ``_OFFSET_BLOCK`` windows at a time
+        and kept, so a stream written in many small pieces hashes each window once."""
+        block = first // _OFFSET_BLOCK
+        if (last - 1) // _OFFSET_BLOCK != block or last > _MAX_WINDOWS:   # across blocks: hashed as asked
+            return _offsets(first, last, self.keys, self.device)
+        if block not in self._offset_blocks:
+            at = block * _OFFSET_BLOCK
+            self._offset_blocks[block] = _offsets(at, min(at + _OFFSET_BLOCK, _MAX_WINDOWS), self.keys, self.device)
+        return self._offset_blocks[block][first - block * _OFFSET_BLOCK:last - block * _OFFSET_BLOCK]
+
+
+_OFFSET_BLOCK = 1 << 12           # windows (16 Mi elements) whose offsets a Stream hashes at once
 
 
 def fill(out: torch.Tensor, seed: int, name: str, kind: str,
@@ -140,16 +200,11 @@ def fill(out: torch.Tensor, seed: int, name: str, kind: str,
     quantiles, |x| < 4.4) or ``uniform`` ([0, 1) in steps of 2**-16); times ``scale`` plus
     ``shift``, rounded once to out's dtype.  Runs where ``out`` lives."""
     flat = out.view(-1)
-    keys, values = stream_keys(seed, name), table(kind, out.dtype, out.device, scale, shift)
     wanted = [(start, count) for start, count in (segments if segments is not None else [(0, flat.numel())])
               if count > 0]
-    if sum(count for _, count in wanted) >= _BASE_LEN:  # the base costs less than hashing every element
-        base = _base(keys, values)
-        for start, count in wanted:
-            _copy_windows(flat[start:start + count], start, base, keys)
-        return out
+    stream = Stream(seed, name, kind, out.dtype, out.device, sum(count for _, count in wanted), scale=scale, shift=shift)
     for start, count in wanted:
-        flat[start:start + count] = values[_base_draws(_positions(start, count, keys, out.device), keys)]
+        stream.write(flat[start:start + count], start)
     return out
 
 

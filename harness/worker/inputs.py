@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy
 import torch
 
 from harness.case import ATTENTION_SPREADS, Case
@@ -188,11 +189,12 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
         }[arg.name]
     canary = _CanaryKeys(geo.head_dim, spread) if hot else None
     key_scale = math.sqrt(spread) * (_key_norm_factor(geo.head_dim) if hot else 1.0)
+    extra = None                                           # what each cached key position gets added
+    if leaning is not None and "block_table" in args:      # rope_kv_write reads no cached key
+        extra = _key_extra(leaning.mul_(key_scale), canary.sink)
     for arg in op.caches:
         args[arg.name] = _cache(arg.name, resolve_shape(arg.shape, sizes), block_table, filled, P, case.seed, device,
-                                arg_dtype(arg.dtype, case), key_scale, canary)
-    if leaning is not None and "block_table" in args:      # rope_kv_write reads no cached key
-        _lean_cached(args["k_cache"], block_table, filled, P, leaning.mul_(key_scale), canary.sink)
+                                arg_dtype(arg.dtype, case), key_scale, canary, extra)
 
     outputs = {a.name: (resolve_shape(a.shape, sizes), arg_dtype(a.dtype, case)) for a in op.outputs}
     return CaseInputs(op, args, outputs, slots, row_seq, sizes, input_spec(case))
@@ -330,28 +332,39 @@ def _leaning(rope_cos: torch.Tensor, rope_sin: torch.Tensor) -> torch.Tensor:
     return u * rope_cos + rotated * rope_sin
 
 
-def _lean_cached(k_cache: torch.Tensor, block_table: torch.Tensor, filled: list[int], P: int,
-                 leaning: torch.Tensor, sink: float) -> None:
-    """Every context key gets the leaning of its position (float32 sum, rounded once); the one at
-    position 0 also ``sink`` on the shared pair.  ``block_table``: the host's."""
-    lean = leaning.clone()                  # the extra of each position: leaning, and the sink at 0
-    first = torch.arange(len(lean), device=lean.device) == 0
-    for d in _pair(lean.shape[-1]):
-        lean[:, d] += first * sink
-    rows = k_cache.view(-1, *k_cache.shape[-2:])
-    runs = _context_runs(block_table, filled, P)
-    # Runs of consecutive slots, a slice at a time through one float32 buffer: no gather, no
-    # scatter, no fresh temporaries (they cost more in page faults than the sums).  In order, so
-    # a slot that several positions share (block_value) gets each one's leaning in turn, the same
-    # on every thread count and device.
-    buffer = torch.empty(min(_LEAN_ROWS, max(count for _, _, count in runs)), *rows.shape[1:],
-                         dtype=torch.float32, device=rows.device) if runs else None
+def _key_extra(leaning: torch.Tensor, sink: float) -> torch.Tensor:
+    """``[max_pos, D]`` float32: what the cached key at each position gets added, its leaning
+    and, at position 0, ``sink`` on the shared pair."""
+    extra = leaning.clone()
+    first = torch.arange(len(extra), device=extra.device) == 0
+    for d in _pair(extra.shape[-1]):
+        extra[:, d] += first * sink
+    return extra
+
+
+def _draw_leaned(rows: torch.Tensor, stream: counter_rng.Stream, runs: list[tuple[int, int, int]],
+                 extra: torch.Tensor) -> None:
+    """Every context key (``rows``: one layer's ``[slots, H, D]``) is its draw plus the extra of
+    its position, both in the cache's dtype, added as that dtype adds (in float32, rounded once;
+    ``extra`` in ``rows.dtype``).  A slot that several positions share (``block_value``) is
+    drawn once and gets each one's extra in turn, in sequence order.
+
+    Each slice is drawn and leaned while it is in cache: no second pass over the keys, no
+    conversion to float32 and back, no temporaries."""
+    row = math.prod(rows.shape[1:])
+    drawn = numpy.zeros(len(rows), dtype=bool)
     for slot, pos, count in runs:
-        for at in range(0, count, _LEAN_ROWS):
-            n = min(_LEAN_ROWS, count - at)
-            target, wide = rows[slot + at:slot + at + n], buffer[:n]
-            wide.copy_(target).add_(lean[pos + at:pos + at + n, None, :])
-            target.copy_(wide)
+        seen = drawn[slot:slot + count]
+        edges = (numpy.flatnonzero(seen[1:] != seen[:-1]) + 1).tolist()
+        for first, end in zip([0, *edges], [*edges, count]):      # parts all drawn or all fresh
+            fresh = not seen[first]
+            for at in range(first, end, _LEAN_ROWS):
+                n = min(_LEAN_ROWS, end - at)
+                target = rows[slot + at:slot + at + n]
+                if fresh:
+                    stream.write(target, (slot + at) * row)
+                target.add_(extra[pos + at:pos + at + n, None, :])
+        seen[:] = True
 
 
 def _context_runs(block_table: torch.Tensor, filled: list[int], P: int) -> list[tuple[int, int, int]]:
@@ -368,7 +381,7 @@ def _context_runs(block_table: torch.Tensor, filled: list[int], P: int) -> list[
     return runs
 
 
-_LEAN_ROWS = 256        # context rows leaned at a time: a float32 buffer of 1 MiB for a qwen3 row (8 x 128)
+_LEAN_ROWS = 256        # context rows drawn and leaned at a time: 512 KiB of a qwen3 bf16 cache, in L2
 
 
 def _query(q: torch.Tensor, leaning: torch.Tensor, spread: float) -> torch.Tensor:
@@ -400,7 +413,7 @@ class _CanaryKeys:
 
 def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled: list[int], P: int,
            seed: int, device: torch.device, dtype: torch.dtype = torch.bfloat16, key_scale: float = 1.0,
-           hot: "_CanaryKeys | None" = None) -> torch.Tensor:
+           hot: "_CanaryKeys | None" = None, extra: torch.Tensor | None = None) -> torch.Tensor:
     """Canary everywhere (values no valid row has), valid context where it is read.
 
     Context keys are N(0, 1) times ``key_scale`` (sqrt(spread) and, for hot ops, the
@@ -410,7 +423,9 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
 
     Sized for qwen3-14b (40 layers of [N, 128, 8, 128]): each byte is written once.
     Context element ``f`` of a layer is element ``f`` of that layer's stream, drawn in
-    place over runs of consecutive context rows; the canary is tiled over the rest.
+    place over runs of consecutive context rows; the canary is tiled over the rest.  With
+    ``extra`` (a hot key cache the op reads), each context key gets the extra of its position
+    added as it is drawn (``_draw_leaned``).
     """
     row = math.prod(shape[-2:])                            # elements per cache row (one slot)
     rows = math.prod(shape[-4:-2])                         # slots per layer
@@ -429,10 +444,17 @@ def _cache(name: str, shape: tuple[int, ...], block_table: torch.Tensor, filled:
         period = period.mul_(1 / 32) if is_key else period.add_(torch.where(period >= 0, CANARY_VALUE_MIN, -CANARY_VALUE_MIN))
     tiled = period.to(dtype).repeat(_CANARY_REPEATS)      # exact in bf16 and fp16 (steps of 1/256, |x| < 48)
     scale = key_scale if is_key else 1.0
+    leaned = extra is not None and is_key
+    key_runs = _context_runs(block_table, filled, P) if leaned else []
+    key_extra = extra.to(dtype) if leaned else None       # rounded once to the cache's dtype
     for layer_index, layer in enumerate(layers):
         stream = name if len(shape) == 4 else f"{name}[{layer_index}]"
-        counter_rng.fill(layer, seed, stream, "normal", [(start * row, count * row) for start, count in context_runs],
-                         scale=scale)
+        if leaned:
+            draws = counter_rng.Stream(seed, stream, "normal", dtype, device, int(context.sum()) * row, scale=scale)
+            _draw_leaned(layer.view(rows, *shape[-2:]), draws, key_runs, key_extra)
+        else:
+            counter_rng.fill(layer, seed, stream, "normal", [(start * row, count * row) for start, count in context_runs],
+                             scale=scale)
         for start, count in canary_runs:
             _tile_canary(layer[start * row:(start + count) * row], (layer_index * rows + start) * row, tiled)
             if hot is not None and is_key:

@@ -60,6 +60,32 @@ def test_copied_windows_and_hashed_elements_give_the_same_bytes(monkeypatch):
         assert torch.equal(out[first:first + count], whole[first:first + count])
 
 
+def test_a_stream_written_a_piece_at_a_time_gives_the_bytes_of_one_draw():
+    """``Stream.write`` (the leaned keys' path): pieces out of order into other buffers, from the
+    base and hashed, as one draw."""
+    whole = counter_rng.draw(6, "x", (N,), "normal", torch.float32, scale=0.5)
+    for elements in (N, 1):                                   # base built; every element hashed
+        stream = counter_rng.Stream(6, "x", "normal", torch.float32, "cpu", elements, scale=0.5)
+        assert (stream.base is None) == (elements == 1)
+        for start, count in ((N - 700, 700), (3, counter_rng.WINDOW + 9), (counter_rng.BASE - 1, 2)):
+            out = torch.full((count,), float("nan"))
+            stream.write(out, start)
+            assert same_bytes(out, whole[start:start + count])
+
+
+def test_kept_bases_are_the_ones_built_and_only_the_last_few_are_kept():
+    counter_rng._kept.clear()
+    key = ("normal", torch.bfloat16, torch.device("cpu"), 1.0, 0.0)
+    first = counter_rng.Stream(1, "a", "normal", torch.bfloat16, "cpu", N).base
+    assert counter_rng.Stream(1, "a", "normal", torch.bfloat16, "cpu", N).base is first          # kept
+    assert counter_rng.Stream(1, "a", "normal", torch.float32, "cpu", N).base is not first       # another table
+    assert same_bytes(first, counter_rng._base(counter_rng.stream_keys(1, "a"), counter_rng.table(*key)))
+    for name in "bcdefg":
+        counter_rng.Stream(1, name, "normal", torch.bfloat16, "cpu", N)
+    assert len(counter_rng._kept) == counter_rng._KEPT_BASES
+    assert counter_rng.Stream(1, "a", "normal", torch.bfloat16, "cpu", N).base is not first      # dropped, rebuilt
+
+
 def test_windows_start_at_scattered_offsets():
     # the bug this exists for: windows that all start at one offset (a tensor of repeated tiles)
     keys = counter_rng.stream_keys(0, "x")
