@@ -204,8 +204,8 @@ def rope_tables(max_pos: int, head_dim: int, theta: float) -> tuple[torch.Tensor
     """NeoX layout: the frequency table repeated for both halves, so ``x*cos + rotate_half(x)*sin``."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
     angles = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv_freq[None, :]
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos().float(), angles.sin().float()
+    cos, sin = angles.cos().float(), angles.sin().float()      # each half's, then repeated
+    return torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)
 
 
 # -- pieces -------------------------------------------------------------------
