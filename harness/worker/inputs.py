@@ -349,8 +349,8 @@ def _draw_leaned(rows: torch.Tensor, stream: counter_rng.Stream, runs: list[tupl
     ``extra`` in ``rows.dtype``).  A slot that several positions share (``block_value``) is
     drawn once and gets each one's extra in turn, in sequence order.
 
-    Each slice is drawn and leaned while it is in cache: no second pass over the keys, no
-    conversion to float32 and back, no temporaries."""
+    Each slice is drawn and leaned while it is in cache: no second pass over the keys and no
+    float32 copy of them."""
     row = math.prod(rows.shape[1:])
     drawn = numpy.zeros(len(rows), dtype=bool)
     for slot, pos, count in runs:
