@@ -3,6 +3,9 @@ exit 0 once a case that sees it is added, ``--min-score``, the JSON and Markdown
 from __future__ import annotations
 
 import json
+import shutil
+
+import pytest
 
 from helpers import AUDIT_BLIND as BLIND, AUDIT_SEES as SEES, run_harness, write_case_file
 
@@ -15,9 +18,30 @@ def _audit(tmp_path, text, cache, *args):
                        "--log-dir", str(tmp_path / "logs"), "--mutants", MUTANTS, *args, cwd=tmp_path)
 
 
-def test_a_blind_matrix_exits_1_and_names_the_blind_spot(tmp_path, golden_cache_dir):
-    out, md = tmp_path / "audit.json", tmp_path / "audit.md"
-    proc = _audit(tmp_path, BLIND, golden_cache_dir, "--json", str(out), "--markdown", str(md))
+@pytest.fixture(scope="module")
+def blind_audit(tmp_path_factory):
+    """One stored audit of the blind matrix, with its --json and --markdown: (its directory, the
+    process). Several tests read it (one audit subprocess, not three); a test that opens its store
+    copies the directory first (opening a store writes to it)."""
+    base = tmp_path_factory.mktemp("blind-audit")
+    matrix = write_case_file(base / "cases", "m.yaml", BLIND)
+    proc = run_harness("audit", str(matrix), "--store", str(base / "results.sqlite"), "--golden-cache",
+                       str(tmp_path_factory.mktemp("golden-cache")), "--log-dir", str(base / "logs"),
+                       "--mutants", MUTANTS, "--json", str(base / "audit.json"), "--markdown", str(base / "audit.md"),
+                       cwd=base)
+    return base, proc
+
+
+def _copy_of(blind_audit, tmp_path):
+    """The shared audit's directory copied into ``tmp_path``, and its process."""
+    base, proc = blind_audit
+    shutil.copytree(base, tmp_path, dirs_exist_ok=True)
+    return proc
+
+
+def test_a_blind_matrix_exits_1_and_names_the_blind_spot(blind_audit):
+    base, proc = blind_audit
+    out, md = base / "audit.json", base / "audit.md"
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "SURVIVED slot_minus_one_write" in proc.stdout and "no case has a slot < 0" in proc.stdout
     doc = json.loads(out.read_text())
@@ -62,14 +86,12 @@ def test_head_perturbed_runs_at_delta_when_given_else_at_the_searched_one(tmp_pa
     assert "the sensitivity search saw detected: rope_kv_write" in proc.stdout
 
 
-def test_a_stored_audit_is_rendered_again_by_harness_report(tmp_path, golden_cache_dir):
+def test_a_stored_audit_is_rendered_again_by_harness_report(tmp_path, blind_audit):
     """The audit document is stored with its run: ``harness report`` (the latest run, or its id)
     prints it, writes it in the formats an audit has and exits as the audit did; an audit's
     --json file is read back the same way; --junit is refused in one line."""
+    proc = _copy_of(blind_audit, tmp_path)
     store, out = tmp_path / "results.sqlite", tmp_path / "audit.json"
-    matrix = write_case_file(tmp_path / "cases", "m.yaml", BLIND)
-    proc = run_harness("audit", str(matrix), "--store", str(store), "--golden-cache", str(golden_cache_dir),
-                       "--log-dir", str(tmp_path / "logs"), "--mutants", MUTANTS, "--json", str(out), cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     run_id = proc.stdout.split("audit run ")[1].split()[0]
     for source in ([], [run_id], [str(out)]):
@@ -86,14 +108,12 @@ def test_a_stored_audit_is_rendered_again_by_harness_report(tmp_path, golden_cac
     assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0 and "--junit" in refused.stderr
 
 
-def test_a_case_history_counts_only_the_users_kernel_and_names_the_mutants(tmp_path, golden_cache_dir):
+def test_a_case_history_counts_only_the_users_kernel_and_names_the_mutants(tmp_path, blind_audit):
     """After an audit, ``harness history CASE`` shows the audit's own run of the case (0% failed:
     the mutants' failures are not the case's); ``--mutants`` lists each mutant run under it with
     the case and the operator's name; ``flake --compare`` refuses a mutant's run in one line."""
+    proc = _copy_of(blind_audit, tmp_path)
     store = tmp_path / "results.sqlite"
-    matrix = write_case_file(tmp_path / "cases", "m.yaml", BLIND)
-    proc = run_harness("audit", str(matrix), "--store", str(store), "--golden-cache", str(golden_cache_dir),
-                       "--log-dir", str(tmp_path / "logs"), "--mutants", MUTANTS, cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     audit_id = proc.stdout.split("audit run ")[1].split()[0]
 

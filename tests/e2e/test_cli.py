@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -23,13 +25,28 @@ exclude:
 REQUIRED_RESULT_KEYS = {"case_id", "outcome", "code", "metrics", "duration_s", "repeat", "device", "log"}
 
 
-def test_run_passes_writes_json_and_exits_0(tmp_path, golden_cache_dir):
-    cases = write_case_file(tmp_path / "cases", "good.yaml", GOOD)
-    out = tmp_path / "out.json"
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory):
+    """One `run` of GOOD on a fresh golden cache, read by the tests that each ran it before: a
+    test that runs on from it works on copies of its directories, so it stays as this run left it."""
+    root, goldens = tmp_path_factory.mktemp("good-run"), tmp_path_factory.mktemp("golden-cache")
+    cases = write_case_file(root / "cases", "good.yaml", GOOD)
+    out = root / "out.json"
     proc = run_harness("run", str(cases), "--device", "cpu", "--json", str(out),
-                       "--golden-cache", str(golden_cache_dir), "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
+                       "--golden-cache", str(goldens), "--log-dir", str(root / "logs"), cwd=root)
+    return SimpleNamespace(root=root, goldens=goldens, cases=cases, out=out, proc=proc)
+
+
+def _copy_of(src, dst):
+    """A copy of a shared run's directory, for a test that writes into it."""
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_run_passes_writes_json_and_exits_0(good_run, tmp_path):
+    proc = good_run.proc
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    doc = json.loads(out.read_text())
+    doc = json.loads(good_run.out.read_text())
     assert set(doc) >= {"results", "summary"}
     assert doc["summary"]["total"] == 3 and doc["summary"]["passed"] == 3
     for r in doc["results"]:
@@ -37,8 +54,11 @@ def test_run_passes_writes_json_and_exits_0(tmp_path, golden_cache_dir):
         assert r["outcome"] == "PASS" and r["device"] == "cpu" and r["repeat"] == 0
     assert "3 passed" in proc.stdout
 
-    again = run_harness("run", str(cases), "--json", str(out), "--golden-cache", str(golden_cache_dir),
-                        "--log-dir", str(tmp_path / "logs2"), cwd=tmp_path)
+    # the second run goes on in copies (its cwd with the store, the cache), as the first run left them
+    work, goldens = _copy_of(good_run.root, tmp_path / "work"), _copy_of(good_run.goldens, tmp_path / "goldens")
+    out = work / "out.json"
+    again = run_harness("run", str(work / "cases" / "good.yaml"), "--json", str(out), "--golden-cache", str(goldens),
+                        "--log-dir", str(work / "logs2"), cwd=work)
     assert again.returncode == 0
     assert json.loads(out.read_text())["summary"]["golden_cache"] == {"computed": 0, "hits": 3}
 
@@ -228,12 +248,14 @@ def test_unusable_store_is_refused_before_any_case(tmp_path):
     assert not (tmp_path / "reports" / "logs").exists()
 
 
-def test_fp64_goldens_on_request_have_their_own_cache_entries(tmp_path, golden_cache_dir):
-    cases = write_case_file(tmp_path / "cases", "good.yaml", GOOD)
+def test_fp64_goldens_on_request_have_their_own_cache_entries(good_run, tmp_path):
+    # the shared run (fp32 goldens, the default) filled the cache for these cases; fp64 runs on a copy of it
+    assert good_run.proc.returncode == 0, good_run.proc.stdout + good_run.proc.stderr
+    assert json.loads(good_run.out.read_text())["summary"]["golden_cache"] == {"computed": 3, "hits": 0}
+    golden_cache_dir = _copy_of(good_run.goldens, tmp_path / "goldens")
     out = tmp_path / "out.json"
     common = ["--golden-cache", str(golden_cache_dir), "--no-store", "--json", str(out)]
-    assert run_harness("run", str(cases), *common, "--log-dir", str(tmp_path / "l1"), cwd=tmp_path).returncode == 0
-    fp64 = run_harness("run", str(cases), *common, "--golden-dtype", "fp64", "--log-dir", str(tmp_path / "l2"),
+    fp64 = run_harness("run", str(good_run.cases), *common, "--golden-dtype", "fp64", "--log-dir", str(tmp_path / "l2"),
                        cwd=tmp_path)
     assert fp64.returncode == 0, fp64.stdout + fp64.stderr
     assert json.loads(out.read_text())["summary"]["golden_cache"] == {"computed": 3, "hits": 0}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -27,6 +28,34 @@ def _cases(tmp_path, name: str, kernel: str):
 def _flake(tmp_path, golden_cache_dir, *args, env=None):
     return run_harness("flake", *args, "--golden-cache", str(golden_cache_dir), "--store",
                        str(tmp_path / "results.sqlite"), "--log-dir", str(tmp_path / "logs"), cwd=tmp_path, env=env)
+
+
+@pytest.fixture(scope="module")
+def reference_hunt(tmp_path_factory):
+    """Six runs of the reference kernel (case "ref") with --target-rate 0.05 and --json ref.json:
+    (its directory, the process). Its output is read, and its ref.json (a hunt sharing no case with
+    "racy"); nothing opens its store."""
+    base = tmp_path_factory.mktemp("reference-hunt")
+    cases = _cases(base, "ref", "reference")
+    proc = _flake(base, tmp_path_factory.mktemp("golden-cache"), str(cases), "--repeat", "6", "--target-rate", "0.05",
+                  "--json", str(base / "ref.json"))
+    return base, proc
+
+
+@pytest.fixture(scope="module")
+def fix_hunts(tmp_path_factory):
+    """Two stored hunts of one case, "racy": before a fix (racy_head, p = 0.8; --json a.json) and
+    after it (the reference kernel; --json b.json): (their directory, before, after). A test that
+    opens the store copies the directory first (opening a store writes to it)."""
+    base = tmp_path_factory.mktemp("fix-hunts")
+    racy, ref = _cases(base, "racy", "racy_head"), base / "cases" / "fixed.yaml"
+    # "after the fix": the same case id, the reference kernel
+    ref.write_text(racy.read_text().replace("racy_head", "reference"))
+    goldens = tmp_path_factory.mktemp("golden-cache")
+    before = _flake(base, goldens, str(racy), "--repeat", "12", "--json", str(base / "a.json"),
+                    env={"RACY_HEAD_P": "0.8", "RACY_HEAD_SEED": "cmp"})
+    after = _flake(base, goldens, str(ref), "--repeat", "12", "--json", str(base / "b.json"))
+    return base, before, after
 
 
 def test_known_failure_rate_is_counted_exactly_and_the_interval_covers_it(tmp_path, golden_cache_dir):
@@ -88,9 +117,8 @@ def test_fixed_seed_hunt_flags_bits_that_vary_within_tolerance(tmp_path, golden_
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
 
 
-def test_deterministic_kernel_passes_with_a_zero_failure_bound(tmp_path, golden_cache_dir):
-    cases = _cases(tmp_path, "ref", "reference")
-    proc = _flake(tmp_path, golden_cache_dir, str(cases), "--repeat", "6", "--target-rate", "0.05")
+def test_deterministic_kernel_passes_with_a_zero_failure_bound(reference_hunt):
+    _, proc = reference_hunt
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "6 clean, 0 near-tie, 0 hard failures" in proc.stdout
     assert "0 failures in 6 runs: failure rate <= 39.3% at 95%; 53 more clean runs would bound it at 5.0%" in proc.stdout
@@ -138,13 +166,9 @@ def test_max_minutes_stops_starting_iterations(tmp_path, golden_cache_dir):
     assert f"--max-minutes 0.01 reached: {3000 - n} iterations not started" in proc.stdout
 
 
-def test_compare_two_stored_hunts_with_fisher(tmp_path, golden_cache_dir):
-    racy, ref = _cases(tmp_path, "racy", "racy_head"), tmp_path / "cases" / "fixed.yaml"
-    # "after the fix": the same case id, the reference kernel
-    ref.write_text(racy.read_text().replace("racy_head", "reference"))
-    before = _flake(tmp_path, golden_cache_dir, str(racy), "--repeat", "12", "--json", str(tmp_path / "a.json"),
-                    env={"RACY_HEAD_P": "0.8", "RACY_HEAD_SEED": "cmp"})
-    after = _flake(tmp_path, golden_cache_dir, str(ref), "--repeat", "12", "--json", str(tmp_path / "b.json"))
+def test_compare_two_stored_hunts_with_fisher(tmp_path, fix_hunts):
+    base, before, after = fix_hunts
+    shutil.copytree(base, tmp_path, dirs_exist_ok=True)       # its own store and a.json, b.json
     assert before.returncode == 1 and after.returncode == 0
     run_a = json.loads((tmp_path / "a.json").read_text())["run_id"]
     run_b = json.loads((tmp_path / "b.json").read_text())["run_id"]
@@ -179,12 +203,13 @@ def test_bad_input_exits_2_with_one_line(tmp_path, golden_cache_dir, args, needl
     assert not (tmp_path / "logs").exists()        # refused before anything ran
 
 
-def test_compare_of_runs_that_share_no_case_exits_2(tmp_path, golden_cache_dir):
-    a, b = _cases(tmp_path, "one", "reference"), _cases(tmp_path, "two", "reference")
-    for cases, name in ((a, "a"), (b, "b")):
-        assert _flake(tmp_path, golden_cache_dir, str(cases), "--repeat", "2",
-                      "--json", str(tmp_path / f"{name}.json")).returncode == 0
-    proc = run_harness("flake", "--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), cwd=tmp_path)
+def test_compare_of_runs_that_share_no_case_exits_2(tmp_path, fix_hunts, reference_hunt):
+    # two passing hunts that share no case: "ref" (ref.json) and the fixed "racy" (b.json)
+    base, _, after = fix_hunts
+    ref_base, ref = reference_hunt
+    shutil.copytree(base, tmp_path, dirs_exist_ok=True)       # its own store and b.json
+    assert ref.returncode == 0 and after.returncode == 0
+    proc = run_harness("flake", "--compare", str(ref_base / "ref.json"), str(tmp_path / "b.json"), cwd=tmp_path)
     assert proc.returncode == 2 and "share no case" in proc.stderr
     missing = run_harness("flake", "--compare", "no-such-run", str(tmp_path / "b.json"),
                           "--store", str(tmp_path / "results.sqlite"), cwd=tmp_path)

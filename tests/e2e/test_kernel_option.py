@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from helpers import KERNELS_UNDER_TEST, ROOT, run_harness, write_case_file
 
 OUTSIDE = ROOT / "tests" / "outside_kernels"
@@ -15,10 +17,13 @@ OUTSIDE = ROOT / "tests" / "outside_kernels"
 SELECT = ("--tier", "ci", "-k", "batch=1,")
 
 
-def _listed(tmp_path) -> list[str]:
-    proc = run_harness("list", str(ROOT / "cases"), *SELECT, cwd=tmp_path)
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory) -> tuple[str, ...]:
+    """The selected case ids as ``harness list`` prints them: one run for the module (the listing
+    depends on the shipped case files only), a tuple so no test can change it for another."""
+    proc = run_harness("list", str(ROOT / "cases"), *SELECT, cwd=tmp_path_factory.mktemp("list"))
     assert proc.returncode == 0, proc.stderr
-    return [line.split("\t")[0] for line in proc.stdout.splitlines()]
+    return tuple(line.split("\t")[0] for line in proc.stdout.splitlines())
 
 
 def _run(tmp_path, cache, *args: str, command: str = "run") -> tuple[subprocess.CompletedProcess, list[dict]]:
@@ -29,18 +34,17 @@ def _run(tmp_path, cache, *args: str, command: str = "run") -> tuple[subprocess.
     return proc, json.loads(out.read_text())["results"] if out.exists() else []
 
 
-def test_shipped_matrices_under_kernel_reference_keep_their_ids_and_pass(tmp_path, golden_cache_dir):
+def test_shipped_matrices_under_kernel_reference_keep_their_ids_and_pass(tmp_path, golden_cache_dir, listed):
     proc, results = _run(tmp_path, golden_cache_dir, "--kernel", "reference")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[0] == "kernel: reference"
-    assert [r["case_id"] for r in results] == _listed(tmp_path)
+    assert [r["case_id"] for r in results] == list(listed)
     assert {(r["outcome"], r["kernel"]) for r in results} == {("PASS", "reference")}
 
 
-def test_kernel_stale_kv_fails_the_ops_it_has_and_leaves_out_the_others(tmp_path, golden_cache_dir):
+def test_kernel_stale_kv_fails_the_ops_it_has_and_leaves_out_the_others(tmp_path, golden_cache_dir, listed):
     proc, results = _run(tmp_path, golden_cache_dir, "--kernel", "stale_kv")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    listed = _listed(tmp_path)
     for op, name in (("rope_kv_write", "rope-kv-write"), ("paged_decode_attention", "paged-decode")):
         count = sum(i.startswith(name + "[") for i in listed)
         assert f"kernel stale_kv has no {op}: {count} cases not run" in proc.stdout
@@ -50,13 +54,13 @@ def test_kernel_stale_kv_fails_the_ops_it_has_and_leaves_out_the_others(tmp_path
     assert any(r["outcome"] == "MISMATCH" for r in results)
 
 
-def test_a_module_from_the_kernel_path_gives_one_function_per_op(tmp_path, golden_cache_dir):
+def test_a_module_from_the_kernel_path_gives_one_function_per_op(tmp_path, golden_cache_dir, listed):
     markdown = tmp_path / "report.md"
     proc, results = _run(tmp_path, golden_cache_dir, "--kernel-path", str(OUTSIDE), "--kernel", "outside.torch_sdpa",
                          "--markdown", str(markdown))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "- **kernel**: outside\\.torch\\_sdpa\n" in markdown.read_text()
-    decode_layers = sum(i.startswith("decode-layers[") for i in _listed(tmp_path))
+    decode_layers = sum(i.startswith("decode-layers[") for i in listed)
     assert f"kernel outside.torch_sdpa has no decode_layers: {decode_layers} cases not run" in proc.stdout
     assert {(r["outcome"], r["kernel"]) for r in results} == {("PASS", "outside.torch_sdpa")}
 

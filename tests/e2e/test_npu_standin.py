@@ -131,6 +131,7 @@ def test_shipped_rope_matrix_passes_on_npu0(tmp_path):
     """The shipped matrix on npu:0 (one file here; the whole matrix is in docs/ascend.md)."""
     out = tmp_path / "out.json"
     done = run_harness("run", str(ROOT / "cases" / "rope_kv_write.yaml"), "--device", "npu:0", "--no-store",
+                       "--golden-cache", str(tmp_path / "goldens"),       # not the user's cache
                        "--log-dir", str(tmp_path / "logs"), "--json", str(out), cwd=tmp_path, env=standin_env())
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(out.read_text())
