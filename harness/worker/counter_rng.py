@@ -161,6 +161,8 @@ class Stream:
         self._offset_blocks: dict[int, torch.Tensor] = {}
 
     def write(self, out: torch.Tensor, start: int) -> None:
+        if out.dtype != self.values.dtype:       # a silent cast would round the draws a second time
+            raise TypeError(f"stream of {self.values.dtype} written into {out.dtype}")
         flat = out.view(-1)
         if self.base is None:
             flat.copy_(self.values[_base_draws(_positions(start, flat.numel(), self.keys, self.device), self.keys)])

@@ -73,6 +73,13 @@ def test_a_stream_written_a_piece_at_a_time_gives_the_bytes_of_one_draw():
             assert same_bytes(out, whole[start:start + count])
 
 
+def test_a_stream_refuses_a_buffer_of_another_dtype():
+    for elements in (N, 1):
+        stream = counter_rng.Stream(6, "x", "normal", torch.float32, "cpu", elements)
+        with pytest.raises(TypeError, match="bfloat16"):
+            stream.write(torch.empty(10, dtype=torch.bfloat16), 0)
+
+
 def test_kept_bases_are_the_ones_built_and_only_the_last_few_are_kept():
     counter_rng._kept.clear()
     key = ("normal", torch.bfloat16, torch.device("cpu"), 1.0, 0.0)
