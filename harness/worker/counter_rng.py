@@ -19,9 +19,9 @@ Two levels, so that a large tensor costs about one copy of its bytes:
 A large draw hashes the base once (about a million elements; the last few bases are kept
 for the next case with the same seed) and then copies one window per ``WINDOW`` elements
 (``index_select`` over the base's unfolded windows); a small draw hashes the base
-positions of its own elements only.  Both compute the same
-function.  Within a window the values are consecutive independent draws; two windows
-share values only where their offsets lie within ``WINDOW`` of each other, shifted.
+positions of its own elements only.  Both compute the same function.  Within a window
+the values are consecutive independent draws; two windows share values only where their
+offsets lie within ``WINDOW`` of each other, shifted.
 """
 from __future__ import annotations
 
