@@ -12,6 +12,7 @@ without what issue 23 added (no hooks, no drift check) and with it, interleaved,
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -24,7 +25,7 @@ import torch
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device, backend
 from harness.goldens.cache import GoldenCache
-from harness.worker import hooks, hygiene, protocol
+from harness.worker import hooks, hygiene, imports, os_state, protocol
 from harness.worker.execute import KernelLoader, execute_case
 
 
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000)
     n = parser.parse_args().n
     hygiene.warm_up(torch.device("cpu"))
+    hygiene.freeze_baseline()       # as the worker does at start: each window's gc.collect() walks only what came since
     case = Case(case_id="bench", matrix="bench", source="bench", op="fused_rope_decode_attention",
                 kernel="reference", geometry=replace(PRESETS["tiny"], batch=4), seq_lens=SeqLens("multi_block"),
                 slot_mode=SlotMode("arange"), seed=0)
@@ -77,12 +79,16 @@ def main() -> None:
         ("torch namespaces", lambda: [dict(vars(o)) for _, o in hygiene.NAMESPACES]),
         ("sys.modules copy", lambda: dict(sys.modules)),
         ("python threads", lambda: [t.ident for t in threading.enumerate()]),
-        ("native threads + children (/proc)", lambda: hygiene._children(hygiene._tasks())),
+        ("native threads + children (/proc)", hygiene._running),
         ("hooks (autocast ... audit, issue 23)", hooks.read),
+        ("import machinery (issue 37)", imports.read),
+        ("limits, fds, affinity, nice, shm (37)", os_state.read),
+        ("gc.collect() after freeze (issue 37)", gc.collect),
         ("snapshot (all of the above)", hygiene.snapshot),
         ("settle (snapshot + compare)", lambda: hygiene.settle(before)),
         ("drift (compare with pristine)", lambda: hygiene.drift(pristine, before)),
         ("Watch: one case's window", watch),
+        ("Watch + drift (what a case pays)", watch_pristine),
         ("protocol.plain(reply)", lambda: protocol.plain(reply.to_wire())),
     ]
     print(f"{len(sys.modules)} modules, {sum(len(vars(o)) for _, o in hygiene.NAMESPACES)} names watched, "
@@ -97,6 +103,43 @@ def main() -> None:
     old_us, new_us = statistics.median(old), statistics.median(new)
     print(f"{'window without issue 23 additions':36s} {old_us:8.1f} us")
     print(f"{'window + hooks + drift (now)':36s} {new_us:8.1f} us   ({new_us / old_us:.2f}x, "
+          f"+{new_us - old_us:.1f} us per case)")
+    # and without what issue 37 added: no import machinery, no OS state, no standard library
+    # namespaces, no collection around the window (their readings frozen, their lists cut)
+    full = hygiene.NAMESPACES
+    frozen_imports, frozen_os = imports.read(), os_state.read()
+    watched_by_23 = tuple((name, obj) for name, obj in full if name.startswith(("torch", "harness")))
+
+    def without_37():
+        saved = imports.read, os_state.read, os_state.window_changes, hygiene._collect
+        imports.read, os_state.read = (lambda: frozen_imports), (lambda: frozen_os)
+        os_state.window_changes, hygiene._collect = (lambda a, b: []), (lambda: None)
+        hygiene.NAMESPACES = watched_by_23
+        return saved
+
+    def back(saved):
+        imports.read, os_state.read, os_state.window_changes, hygiene._collect = saved
+        hygiene.NAMESPACES = full
+
+    saved = without_37()
+    pristine_23 = hygiene.snapshot()
+    back(saved)
+
+    def watch_without_37() -> None:
+        saved = without_37()
+        try:
+            with hygiene.Watch(pristine_23):
+                pass
+        finally:
+            back(saved)
+
+    old, new = [], []
+    for _ in range(5):
+        old.append(per_call_us(watch_without_37, n // 5))
+        new.append(per_call_us(watch_pristine, n // 5))
+    old_us, new_us = statistics.median(old), statistics.median(new)
+    print(f"{'window without issue 37 additions':36s} {old_us:8.1f} us")
+    print(f"{'window with them (now)':36s} {new_us:8.1f} us   ({new_us / old_us:.2f}x, "
           f"+{new_us - old_us:.1f} us per case)")
     print(f"load average {os.getloadavg()[0]:.1f}")
 

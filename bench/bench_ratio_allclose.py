@@ -12,7 +12,12 @@ shared machine hits all three alike, the median of ``--repeats`` rounds of:
   copy     a.clone(); b.clone()                           (ours must be within 4x)
 
 then ours alone (against copy) on an all-good pair, the common case, and on an
-all-bad one.  ratio_allclose runs its chunk ops on one thread (see
+all-bad one, each also as the checker calls it for a bf16 output (``stored=bfloat16``:
+the half-ulp floor, and ``atol_rms=0.02``: the per-row atol), against the goals
+all good <= 0.6x, some bad (0.7%) <= 1.3x, all bad <= 2x a copy.  ``--timer cpu``
+times process CPU time instead of wall time: on a loaded shared machine the wall
+time of everything swings 2x from round to round, the CPU time much less (use it
+with ``--threads 1``, where both sides run on one thread).  ratio_allclose runs its chunk ops on one thread (see
 harness/compare.py); the yardsticks use torch's default thread count.
 
 Peak extra memory is measured per method in a fresh subprocess
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -42,6 +48,9 @@ from harness.worker.ratio_allclose import ratio_allclose  # noqa: E402
 ATOL = RTOL = 3e-3
 RATIO = 0.005
 METHODS = ("ours", "isclose", "copy")
+GOALS = {"all good": 0.6, "some bad": 1.3, "all bad": 2.0}     # x a copy
+CHECKER = dict(stored=torch.bfloat16, atol_rms=0.02)           # as the checker calls it for a bf16 output
+CLOCK = time.perf_counter
 
 
 SCENARIOS = ("some bad", "all good", "all bad")
@@ -69,14 +78,22 @@ def make_inputs(shape: tuple[int, int], scenario: str = "some bad"):
 
 
 def run(method: str, a: torch.Tensor, b: torch.Tensor):
-    if method == "ours":
-        return ratio_allclose(a, b, atol=ATOL, rtol=RTOL, max_error_ratio=RATIO,
-                              name="logits", axes=("token", "vocab"))
+    if method in ("ours", "checker", "previous", "previous checker"):
+        fn = ratio_allclose if not method.startswith("previous") else _previous().ratio_allclose
+        return fn(a, b, atol=ATOL, rtol=RTOL, max_error_ratio=RATIO, name="logits", axes=("token", "vocab"),
+                  **(CHECKER if method.endswith("checker") else {}))
     if method == "isclose":
         return torch.isclose(a, b, rtol=RTOL, atol=ATOL).sum().item()
     if method == "copy":
         return a.clone(), b.clone()
     raise ValueError(method)
+
+
+def _previous():
+    """The implementation before the one-read-pass work, frozen for the equivalence test."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
+    import ratio_allclose_reference
+    return ratio_allclose_reference
 
 
 def time_all(a, b, repeats: int, methods=METHODS) -> dict[str, float]:
@@ -85,9 +102,9 @@ def time_all(a, b, repeats: int, methods=METHODS) -> dict[str, float]:
     times: dict[str, list[float]] = {m: [] for m in methods}
     for _ in range(repeats):
         for m in methods:
-            start = time.perf_counter()
+            start = CLOCK()
             result = run(m, a, b)
-            times[m].append(time.perf_counter() - start)
+            times[m].append(CLOCK() - start)
             del result
     return {m: statistics.median(ts) for m, ts in times.items()}
 
@@ -149,11 +166,18 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--shape", type=int, nargs=2, default=(160, 152064))
     parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--with-previous", action="store_true",
+                        help="also time the previous implementation (tests/unit/ratio_allclose_reference.py), "
+                             "interleaved, in each scenario")
+    parser.add_argument("--timer", choices=("wall", "cpu"), default="wall",
+                        help="wall: perf_counter (default); cpu: process CPU time (a loaded machine)")
     parser.add_argument("--measure-memory", choices=METHODS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     shape = tuple(args.shape)
+    global CLOCK
+    CLOCK = time.process_time if args.timer == "cpu" else time.perf_counter
     if args.measure_memory:
         print(json.dumps(measure_memory(args.measure_memory, shape)))
         return 0
@@ -161,7 +185,8 @@ def main(argv=None) -> int:
     a, b = make_inputs(shape)
     numel = a.numel()
     print(f"shape {list(shape)} fp32 ({numel:,} elements per input), torch {torch.__version__},"
-          f" {torch.get_num_threads()} threads, median of {args.repeats} interleaved rounds")
+          f" {torch.get_num_threads()} threads, median of {args.repeats} interleaved rounds, {args.timer} time;"
+          f" load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     c = run("ours", a, b)
     print(f"  ({c.bad_count:,} bad elements; first report line: {c.report().splitlines()[0]})")
     medians = time_all(a, b, args.repeats)
@@ -169,13 +194,21 @@ def main(argv=None) -> int:
         print(f"  {m:8s} {medians[m] * 1e3:9.1f} ms   {numel / medians[m] / 1e6:8.1f} Melem/s")
     print(f"  ours / isclose = {medians['ours'] / medians['isclose']:.2f}   (must be < 1)")
     print(f"  ours / copy    = {medians['ours'] / medians['copy']:.2f}   (must be <= 4)")
-    for scenario in SCENARIOS[1:]:
+    missed = []
+    for scenario in SCENARIOS:
         del a, b
         a, b = make_inputs(shape, scenario)
         n_bad = run("ours", a, b).bad_count
-        ours = time_all(a, b, args.repeats, methods=("ours", "copy"))
-        print(f"  ours on '{scenario}' ({n_bad:,} bad): {ours['ours'] * 1e3:.1f} ms"
-              f" = {ours['ours'] / ours['copy']:.2f} x copy")
+        timed = ("ours", "checker") + (("previous", "previous checker") if args.with_previous else ())
+        ours = time_all(a, b, args.repeats, methods=(*timed, "copy"))
+        for m in timed:
+            ratio = ours[m] / ours["copy"]
+            ok = ratio <= GOALS[scenario]
+            missed += [] if ok or m.startswith("previous") else [f"{m} on '{scenario}'"]
+            print(f"  {m:16s} on '{scenario}' ({n_bad:,} bad): {ours[m] * 1e3:.1f} ms"
+                  f" = {ratio:.2f} x copy (goal <= {GOALS[scenario]}: {'ok' if ok else 'MISSED'})")
+    print(f"  goals missed: {len(missed)}{''.join(f'; {m}' for m in missed)}; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if not args.no_memory:
         print("peak extra memory (VmHWM growth over one call, fresh process each):")
         for m in METHODS:

@@ -76,18 +76,20 @@ class GoldenCache:
     def enabled(self) -> bool:
         return self.root is not None
 
-    def key(self, op: str, spec: Mapping[str, Any], dtype: torch.dtype = torch.float32, device: str = "cpu") -> str:
-        """``device``: the kind of device the golden is computed on (``cpu``, ``cuda``, ``npu``)."""
-        document = {"op": op, "golden": goldens.source_hash(op), "spec": spec, "dtype": _dtype_name(dtype)}
+    def key(self, op: "str | Golden", spec: Mapping[str, Any], dtype: torch.dtype = torch.float32, device: str = "cpu") -> str:
+        """``device``: the kind of device the golden is computed on (``cpu``, ``cuda``, ``npu``).
+        ``op``: a builtin op's name, or a ``Golden`` (a spec op's: its module's source in its hash)."""
+        g = golden_of(op)
+        document = {"op": g.op, "golden": g.source_hash(), "spec": spec, "dtype": _dtype_name(dtype)}
         if device != "cpu":     # host keys stay as they were, so existing caches stay valid
             document["device"] = device
         text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False, default=_not_json)
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def path(self, op: str, key: str) -> Path:
+    def path(self, op: "str | Golden", key: str) -> Path:
         if self.root is None:
             raise ValueError("the golden cache is disabled (root=None): it has no files")
-        return self.root / op / (key + _SUFFIX)
+        return self.root / golden_of(op).op / (key + _SUFFIX)
 
     def get_or_compute(self, op: str, spec: Mapping[str, Any], inputs: Mapping[str, Any],
                        dtype: torch.dtype = torch.float32) -> tuple[dict[str, torch.Tensor], bool]:
@@ -96,7 +98,7 @@ class GoldenCache:
         if not self.enabled:
             self.computed += 1
             self.last_intermediates = {}
-            return goldens.compute(op, inputs, dtype, exact=True, intermediates=self.last_intermediates), False
+            return golden_of(op).compute(inputs, dtype, intermediates=self.last_intermediates), False
         key = self.key(op, spec, dtype)
         cached = self._from_memory(key)
         if cached is not None:
@@ -109,7 +111,7 @@ class GoldenCache:
             self._remember(key, cached)
             return _copy(cached), True
         self.last_intermediates = {}
-        result = goldens.compute(op, inputs, dtype, exact=True, intermediates=self.last_intermediates)
+        result = golden_of(op).compute(inputs, dtype, intermediates=self.last_intermediates)
         self.computed += 1
         if self._store(op, key, dtype, result):
             self._store_intermediates(op, key, dtype, self.last_intermediates)
@@ -133,7 +135,7 @@ class GoldenCache:
             self._checked[key] = _identity(path)
             return path, key, True
         recorded: dict[str, torch.Tensor] = {}
-        result = goldens.compute(op, make_inputs(), dtype, exact=True, intermediates=recorded)
+        result = golden_of(op).compute(make_inputs(), dtype, intermediates=recorded)
         self.computed += 1
         # the intermediates first: a reader that finds the outputs' file finds its sibling too
         if not (self._store_intermediates(op, key, dtype, recorded) and self._store(op, key, dtype, result)):
@@ -187,7 +189,7 @@ class GoldenCache:
                              recorded: Mapping[str, torch.Tensor]) -> bool:
         path = self.intermediates_path(op, key)
         tensors = {name: t.detach().contiguous() for name, t in recorded.items()}
-        metadata = {"op": op, "key": key, "dtype": _dtype_name(dtype),
+        metadata = {"op": golden_of(op).op, "key": key, "dtype": _dtype_name(dtype),
                     "writer_pid": str(os.getpid()),      # as the goldens' file: only the golden process writes
                     **{_DIGEST_PREFIX + name: _digest({name: t}) for name, t in tensors.items()}}
         try:
@@ -227,10 +229,11 @@ class GoldenCache:
                 tensors = {name: f.get_tensor(name) for name in f.keys()}
         except (OSError, SafetensorError) as exc:
             return self._unusable(path, f"{type(exc).__name__}: {exc}")
-        if set(tensors) != set(goldens.golden_names(op)):
-            return self._unusable(path, f"holds {sorted(tensors)}, not the outputs of {op}")
-        if any(t.dtype != dtype for t in tensors.values()):
-            return self._unusable(path, f"holds tensors that are not {dtype}")
+        g = golden_of(op)
+        if set(tensors) != set(g.names()):
+            return self._unusable(path, f"holds {sorted(tensors)}, not the outputs of {g.op}")
+        if any(t.dtype != g.dtype(name, dtype) for name, t in tensors.items()):
+            return self._unusable(path, f"holds tensors that are not the golden's dtypes ({dtype} for a builtin op)")
         if metadata.get("key") != key or metadata.get("digest") != _digest(tensors):
             return self._unusable(path, "its key or content digest does not match")
         return tensors
@@ -243,8 +246,8 @@ class GoldenCache:
     def _store(self, op: str, key: str, dtype: torch.dtype, result: Mapping[str, torch.Tensor]) -> bool:
         path = self.path(op, key)
         tensors = {name: t.detach().contiguous().clone() for name, t in result.items()}
-        metadata = {"op": op, "key": key, "dtype": _dtype_name(dtype), "digest": _digest(tensors),
-                    "writer_pid": str(os.getpid())}      # which process wrote it (only the golden process should)
+        metadata = {"op": golden_of(op).op, "key": key, "dtype": _dtype_name(dtype), "digest": _digest(tensors),
+                    "writer_pid": str(os.getpid()), **golden_of(op).metadata()}      # which process wrote it (only the golden process should)
         try:
             with atomic_path(path) as tmp:
                 save_file(tensors, str(tmp), metadata=metadata)
@@ -292,6 +295,14 @@ class IntermediateGoldens:
 
     def names(self) -> set[str]:
         return set(self._tensors) if self.path is None else set(self._names)
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """The shape of golden intermediate ``name`` without reading it (None: it has none): a
+        spec op's intermediates have the shapes its golden dumped."""
+        if self.path is None:
+            t = self._tensors.get(name)
+            return None if t is None else tuple(t.shape)
+        return self._file.shape(name) if name in self._names else None
 
     def _read(self, name: str) -> torch.Tensor | None:
         if self.path is None:
@@ -373,6 +384,9 @@ class _TensorFile:
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._entries[name][1]
+
     def get_tensor(self, name: str) -> torch.Tensor:
         dtype, shape, offset = self._entries[name]
         t = torch.empty(shape, dtype=dtype)
@@ -397,6 +411,62 @@ class _TensorFile:
 
 class GoldenStoreError(RuntimeError):
     """A golden cache file that could not be written, or that does not hold what the reader expects."""
+
+
+class Golden:
+    """What the cache needs of a golden: the folder it keeps files in (``op``), the hash of its
+    source (part of every key), the names and dtypes of what it returns, and ``compute``.
+    ``BuiltinGolden`` is a builtin op's (``harness.goldens``); a spec op's is
+    ``harness.worker.spec_golden.SpecGolden`` (its module's source hash, its outputs in their own dtypes)."""
+
+    op: str
+
+    def source_hash(self) -> str:
+        raise NotImplementedError
+
+    def names(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def dtype(self, name: str, golden_dtype: torch.dtype) -> torch.dtype:
+        """The dtype the file holds ``name`` in (a builtin golden: the golden dtype)."""
+        return golden_dtype
+
+    def compute(self, inputs: Mapping[str, Any], dtype: torch.dtype,
+                intermediates: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def metadata(self) -> dict[str, str]:
+        """Extra text the goldens' file records beside the key (a spec golden: its inputs' digest)."""
+        return {}
+
+
+class BuiltinGolden(Golden):
+    """A builtin op's golden (``harness.goldens``), with its ``@exact`` twins."""
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+
+    def source_hash(self) -> str:
+        return goldens.source_hash(self.op)
+
+    def names(self) -> tuple[str, ...]:
+        return goldens.golden_names(self.op)
+
+    def compute(self, inputs, dtype, intermediates=None):
+        return goldens.compute(self.op, inputs, dtype, exact=True, intermediates=intermediates)
+
+
+def golden_of(op: "str | Golden") -> Golden:
+    return BuiltinGolden(op) if isinstance(op, str) else op
+
+
+def file_metadata(path: Path | str) -> dict[str, str]:
+    """The text metadata of a goldens' file (``{}`` when it cannot be read)."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except (OSError, SafetensorError):
+        return {}
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:

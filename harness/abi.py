@@ -90,12 +90,28 @@ class ArgRow:
                 self.returned)
 
 
-def contract_rows(op: str, sizes: Mapping[str, int] | None = None) -> tuple[ArgRow, ...]:
-    """``op``'s arguments in contract order; with ``sizes`` (``case.shape_sizes``), every symbol
-    they resolve is shown as its number."""
-    spec = OPS[op]
-    return tuple(ArgRow(a.name, a.role, _shape(a, sizes), a.dtype, LAYOUTS[op][a.name], _writes(spec, a),
+def contract_rows(op: str | OpSpec, sizes: Mapping[str, int] | None = None,
+                  layouts: Mapping[str, str] | None = None) -> tuple[ArgRow, ...]:
+    """``op``'s arguments in contract order (a builtin op's name, or a spec op's ``OpSpec``, with
+    ``layouts`` from ``spec_layouts``); with ``sizes`` (``case.shape_sizes``), every symbol they
+    resolve is shown as its number."""
+    spec = OPS[op] if isinstance(op, str) else op
+    layouts = LAYOUTS[spec.name] if layouts is None else layouts
+    return tuple(ArgRow(a.name, a.role, _shape(a, sizes), a.dtype, layouts[a.name], _writes(spec, a),
                         _returned(spec, a)) for a in spec.args)
+
+
+def spec_layouts(table) -> dict[str, str]:
+    """A spec op's layout column from its case's table (``Case.spec["args"]``): each tensor's dims
+    by name (``dim0, dim1`` unless the spec names them), each scalar's value."""
+    out = {}
+    for row in table:
+        if row["role"] == "scalar":
+            out[row["name"]] = f"value `{row.get('value')!r}`"
+        else:
+            dims = row.get("dims") or [f"dim{i}" for i in range(len(row.get("shape") or ()))]
+            out[row["name"]] = ", ".join(dims) or "a single element"
+    return out
 
 
 def _shape(arg: Arg, sizes: Mapping[str, int] | None) -> str:
@@ -125,7 +141,9 @@ def _returned(spec: OpSpec, arg: Arg) -> str:
     """The launcher's return rule: None, the first output, or every output as a tuple."""
     if arg.role != "output":
         return "no"
-    return "first output" if arg == spec.outputs[0] else "in the tuple only"
+    if arg == spec.outputs[0]:
+        return "first output"
+    return "in the tuple or dict only" if spec.returns_by_name else "in the tuple only"
 
 
 def markdown_table(rows: tuple[ArgRow, ...]) -> list[str]:

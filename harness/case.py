@@ -249,6 +249,15 @@ class Case:
     attention: str = DEFAULT_ATTENTION                      # a key of ATTENTION_SPREADS
     precision: str = DEFAULT_PRECISION   # a key of PRECISION_TOLERANCES: the tolerances' preset
     dtype: str = DEFAULT_DTYPE           # bf16 | fp16: the stored dtype of caches and bf16 outputs
+    # A spec op's case (docs/specs.md): its module, golden, build params, comparators and the
+    # table of its tensors (``harness.ops.spec_op``); None: a builtin op of harness/ops.py
+    spec: dict[str, Any] | None = None
+
+    @property
+    def op_spec(self):
+        """The op's contract as data: ``harness.ops.OPS[op]``, or the spec op's built from its table."""
+        from harness.ops import OPS, spec_op
+        return spec_op(self.spec) if self.spec is not None else OPS[self.op]
 
     # -- derived geometry --------------------------------------------------
     @property
@@ -291,6 +300,8 @@ class Case:
         data["params"] = copy.deepcopy(self.params)
         if self.command is not None:
             data["command"] = copy.deepcopy(self.command)
+        if self.spec is not None:
+            data["spec"] = copy.deepcopy(self.spec)
         data["latency"] = self.latency.to_wire() if self.latency else None
         return data
 
@@ -302,6 +313,7 @@ class Case:
         data["slot_mode"] = SlotMode(data["slot_mode"]["kind"], data["slot_mode"]["value"])
         data["tolerance"] = {k: Tolerance(**v) for k, v in data["tolerance"].items()}
         data["latency"] = LatencySpec(**data["latency"]) if data.get("latency") else None
+        data.setdefault("spec", None)
         return cls(**data)
 
     def with_seed(self, seed: int) -> "Case":

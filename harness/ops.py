@@ -10,6 +10,11 @@ Roles:
   cache    in/out paged KV cache, canary-filled, guard-banded, checked by slot mapping
   output   preallocated by the harness, poisoned, guard-banded, compared with the golden
   scalar   a Python float or int
+
+A spec op (docs/specs.md) is the same ``OpSpec``, built by ``spec_op`` from the table a
+user's TensorSpec module gave (``Case.spec["args"]``): its tensors are inputs or outputs,
+its ``ScalarSpec``s scalars, each shape in numbers, each dim named (``dim0``... unless the
+spec names them).  The generic code (launch, checks, digest, memory plan) reads either.
 """
 from __future__ import annotations
 
@@ -34,6 +39,8 @@ class OpSpec:
     writes_cache: bool
     # Outputs whose rows with slot < 0 are not compared (warmup/padding rows).
     slot_masked_outputs: tuple[str, ...] = ()
+    # A spec op's kernel may also return its outputs as a dict by name (docs/specs.md).
+    returns_by_name: bool = False
 
     @property
     def arg_names(self) -> tuple[str, ...]:
@@ -194,3 +201,15 @@ OPS: dict[str, OpSpec] = {
         slot_masked_outputs=("logits", "next_hidden"),
     ),
 }
+
+
+def spec_op(spec: Mapping) -> OpSpec:
+    """The ``OpSpec`` of a spec op from its case's ``spec`` wire form (``Case.spec``): every entry of
+    ``spec["args"]`` in the module's order, ``{"name", "role", "shape", "dtype", "dims"}`` with
+    ``role`` one of input, output, scalar (torch dtype names: ``bfloat16``, ``int8``, ...)."""
+    args = []
+    for entry in spec["args"]:
+        shape = tuple(str(int(n)) for n in entry.get("shape") or ())
+        dims = entry.get("dims") or [f"dim{i}" for i in range(len(shape))]
+        args.append(Arg(entry["name"], entry["role"], shape, entry["dtype"], tuple(dims)))
+    return OpSpec(spec["op"], tuple(args), writes_cache=False, returns_by_name=True)

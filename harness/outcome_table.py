@@ -73,7 +73,7 @@ class Detail:
 
 
 _CHECKED = (Outcome.MISMATCH, Outcome.CONTRACT, Outcome.UNWRITTEN, Outcome.NONFINITE, Outcome.OOB_WRITE)
-_FAULTS = (Outcome.DEVICE_FAULT, Outcome.ORCH_ERROR, Outcome.OOM, Outcome.CRASH)
+_FAULTS = (Outcome.DEVICE_FAULT, Outcome.ORCH_ERROR, Outcome.OOM, Outcome.CRASH, Outcome.ENV_ERROR)
 _GUARD = re.compile(r"^(?P<buf>.+?): guard band overwritten: (?P<n>\d+) elements (?P<where>before the start|past the end)")
 _TIMEOUT = re.compile(r"timeout_s=(?P<t>[^;\s]+)")
 

@@ -25,6 +25,8 @@ class Outcome(str, enum.Enum):
     OOM = "OOM"
     BUILD_ERROR = "BUILD_ERROR"
     HARNESS_ERROR = "HARNESS_ERROR"
+    ENV_ERROR = "ENV_ERROR"        # the machine or cluster failed (runtime start, device ids, collective set-up, a peer): not the kernel, not the harness
+    GOLDEN_ERROR = "GOLDEN_ERROR"  # a spec op's own code failed: its golden, specs, inputs or comparator (docs/specs.md)
     SKIPPED = "SKIPPED"
     FAILED = "FAILED"              # a command case (or one of its tests) failed with no device or runtime signature
 

@@ -6,6 +6,7 @@ line (``UsageError``, exit 2) before any case runs, with what it is.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -43,7 +44,11 @@ def what_is(path: str | os.PathLike) -> str:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         return "missing" if not os.path.islink(path) else "a broken symlink"
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symlink loop"
+        return f"unreadable ({exc.strerror or exc})"
+    except ValueError as exc:
         return f"unreadable ({getattr(exc, 'strerror', None) or exc})"
     if stat.S_ISDIR(mode):
         return "a directory"
@@ -74,3 +79,28 @@ def refuse_special(path: str | os.PathLike, flag: str, *, allow_char_devices: bo
     if kind is None or (allow_char_devices and stat.S_ISCHR(os.stat(path).st_mode)):
         return
     raise UsageError(f"{flag} {os.fspath(path)}: is {kind}, expected a regular file")
+
+
+def link_loop(path: str | os.PathLike) -> bool:
+    """``path`` is a symlink that never reaches a file (``a -> b -> a``): ``stat`` says ELOOP, and
+    ``Path.resolve`` raises ``RuntimeError``."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    except ValueError:
+        return False
+    return False
+
+
+def refuse_special_path(path: str | os.PathLike, flag: str) -> None:
+    """A path flag (``--kernel-path``, ``--rules``, ``--repo`` ...) that names a FIFO, a socket, a
+    device or a symlink loop: a ``UsageError`` naming ``flag`` and what it is.  A FIFO on
+    ``PYTHONPATH`` hangs every import (zipimport opens it), a FIFO given as a file to read hangs
+    the read; refused here by ``stat`` alone, before anything opens it."""
+    shown = os.fspath(path)
+    if "\0" in shown:
+        raise UsageError(f"{flag} {shown!r}: holds a NUL byte")
+    kind = special_kind(path) or ("a symlink loop" if link_loop(path) else None)
+    if kind:
+        raise UsageError(f"{flag} {shown}: is {kind}, expected a directory or a regular file")

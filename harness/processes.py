@@ -4,9 +4,12 @@ started in a session of its own, found through /proc under a subreaper)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import secrets
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 
@@ -146,7 +149,7 @@ _HELPERS: list = []
 
 
 @contextlib.contextmanager
-def helper_output(log_path: "os.PathLike[str] | str") -> Iterator[None]:
+def helper_output(log_path: "os.PathLike[str] | str", env: "dict[str, str] | None" = None) -> Iterator[None]:
     """multiprocessing's helper processes started in this block (its forkserver, its resource
     tracker) get ``/dev/null`` as stdin and ``log_path`` as stdout and stderr instead of this
     process's own: a helper that outlives a run (a kernel's orphan holds the tracker's pipe)
@@ -154,7 +157,7 @@ def helper_output(log_path: "os.PathLike[str] | str") -> Iterator[None]:
 
     multiprocessing starts both through ``multiprocessing.util.spawnv_passfds``, which keeps
     fds 0-2; it is swapped for the block (the caller holds a lock) for the same start with
-    ``subprocess``."""
+    ``subprocess``.  ``env``: their environment (the run's marker added), else this process's."""
     from multiprocessing import util
     original = util.spawnv_passfds
 
@@ -162,7 +165,7 @@ def helper_output(log_path: "os.PathLike[str] | str") -> Iterator[None]:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(list(args), executable=path, pass_fds=tuple(sorted(map(int, passfds))),
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True,
-                                    restore_signals=False)
+                                    restore_signals=False, env=env)
         _HELPERS.append(proc)
         return proc.pid
 
@@ -171,3 +174,144 @@ def helper_output(log_path: "os.PathLike[str] | str") -> Iterator[None]:
         yield
     finally:
         util.spawnv_passfds = original
+
+
+# ---------------------------------------------------------------------------
+# The run's marker: every process the harness starts to run or judge kernels (the zygote and what
+# is forked from it, spawned workers, the golden process, multiprocessing's resource tracker) has
+# MARKER_ENV=<this front end's nonce> in its environment, and so does everything a kernel starts
+# from them unless it builds an environment of its own.  A process that left the worker's tree
+# (PR_SET_CHILD_SUBREAPER turned off then a double fork, clone(CLONE_PARENT), a setsid) is still
+# found by it: /proc/<pid>/environ of the processes of this uid, matched entry for entry, never a
+# pattern on command lines.  docs/architecture.md, "Processes".
+# ---------------------------------------------------------------------------
+
+MARKER_ENV = "HARNESS_RUN_NONCE"
+
+
+@functools.cache
+def run_nonce() -> str:
+    """This front end's nonce: one per process (a CLI invocation, a pytest session or xdist worker),
+    never inherited (a harness run inside a command case gets its own)."""
+    return secrets.token_hex(16)
+
+
+def marker_env() -> dict[str, str]:
+    return {MARKER_ENV: run_nonce()}
+
+
+_own_lock = threading.RLock()
+_own: set[int] = set()       # live processes the harness started (workers, spares, golden processes)
+
+
+@contextlib.contextmanager
+def starting() -> Iterator[None]:
+    """Hold while a marked process is started and ``own``ed: a sweep in another thread waits, so a
+    process being forked is never taken for an escaped one."""
+    with _own_lock:
+        yield
+
+
+def own(pid: int) -> None:
+    with _own_lock:
+        _own.add(pid)
+
+
+def disown(pid: int) -> None:
+    with _own_lock:
+        _own.discard(pid)
+
+
+def _environ_holds(pid: int, entry: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return entry in f.read().split(b"\0")
+    except OSError:          # gone, or not ours to read
+        return False
+
+
+def marked_processes(nonce: str | None = None) -> list[int]:
+    """The running processes of this uid whose environment holds ``MARKER_ENV=nonce`` (this front
+    end's by default); zombies left out.  Empty where there is no /proc."""
+    entry = f"{MARKER_ENV}={nonce or run_nonce()}".encode()
+    uid, found = os.getuid(), []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            if os.stat(f"/proc/{name}").st_uid != uid:
+                continue
+        except OSError:
+            continue
+        if _environ_holds(pid, entry) and process_state(pid) not in ("Z", "X", ""):
+            found.append(pid)
+    return found
+
+
+def command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            text = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        text = ""
+    return text[:120] or "?"
+
+
+def helper_pids() -> set[int]:
+    """The zygote and multiprocessing's resource tracker of this front end: the harness's own, marked,
+    and needed by the next run in this process."""
+    pids: set[int] = set()
+    from multiprocessing import forkserver, resource_tracker
+    for pid in (getattr(forkserver._forkserver, "_forkserver_pid", None),
+                getattr(resource_tracker._resource_tracker, "_pid", None)):
+        if pid:
+            pids.add(pid)
+    return pids
+
+
+_DYING_GRACE_S = 0.3
+
+
+def sweep(keep: set[int] = frozenset()) -> list[str]:
+    """SIGKILL every marked process that is not this front end, one of its helpers, a process it
+    started and still runs (``own``), ``keep``, or below one of those (a running case's children are
+    its worker's business); returns ``pid N (command line)`` for each, to be reported.  A worker
+    just stopped, and what was below it, were sent SIGKILL already and are gone within moments:
+    what is found is given ``_DYING_GRACE_S`` to end before it counts."""
+    with _own_lock:
+        spared = {os.getpid(), *helper_pids(), *_own, *keep}
+        for pid in list(_own):
+            spared.update(descendants(pid))
+        killed: list[str] = []
+        signalled: set[int] = set()
+        for round_ in range(_KILL_ROUNDS):     # what a killed one forked meanwhile is found on the next pass
+            strays = [p for p in marked_processes() if p not in spared]
+            if strays and round_ == 0:
+                deadline = time.monotonic() + _DYING_GRACE_S
+                while strays and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                    strays = [p for p in strays if process_state(p) not in ("Z", "X", "")]
+            strays = [p for p in strays if p not in signalled]
+            if not strays:
+                break
+            for pid in strays:
+                line = f"pid {pid} ({command_line(pid)})"
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    continue
+                signalled.add(pid)
+                killed.append(line)
+            reap(strays, within_s=0.2)         # a clone(CLONE_PARENT) of a spawned worker is our child
+            deadline = time.monotonic() + 1.0  # gone before the next pass looks (a SIGKILL is not instant)
+            while time.monotonic() < deadline and any(process_state(p) not in ("Z", "X", "") for p in strays):
+                time.sleep(0.005)
+    if killed:
+        trace.log.debug("SIGKILL to %d process(es) carrying this run's marker outside its workers: %s",
+                        len(killed), "; ".join(killed))
+    return killed

@@ -11,11 +11,14 @@ Pure Python (``math`` only), exact where it matters:
 - ``runs_needed``: clean runs needed for that bound to reach a rate.
 - ``fisher_exact``: the two-sided Fisher exact test of two failure rates (the
   sum of the hypergeometric probabilities no larger than the observed one).
+- ``fisher_power`` / ``runs_to_decide``: that test's exact power at given true rates, and the
+  runs per side it needs to reach 80% (what would decide a "flaky" compare).
 - ``median_ci``: the distribution-free interval on a median from its order statistics
   (the sign test's binomial), for timed samples; the device worker uses it to stop sampling.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -147,6 +150,102 @@ def fisher_exact(fail_a: int, runs_a: int, fail_b: int, runs_b: int) -> float:
     top = max(logs.values())
     total = math.fsum(math.exp(v - top) for v in logs.values())
     return min(1.0, math.fsum(math.exp(v - top) for v in keep) / total)
+
+
+# -- how many runs would decide between two rates ------------------------------------
+
+POWER = 0.8                  # the usual target: a real difference is found 4 times in 5
+MAX_DECIDE_RUNS = 1000       # beyond this per side, "more than" is the honest answer (and ~0.5 s to say)
+_LOG_TAIL = 40.0             # terms below e^-40 of the largest are left out (sums change < 1e-15)
+
+
+def _window(logp, lo: int, hi: int, start: int) -> range:
+    """The indices around ``start`` in [lo, hi] whose log-probability is within ``_LOG_TAIL`` of
+    ``start``'s (unimodal distributions: walk out from the mode until the terms vanish)."""
+    top = logp(start)
+    a = start
+    while a > lo and logp(a - 1) > top - _LOG_TAIL:
+        a -= 1
+    b = start
+    while b < hi and logp(b + 1) > top - _LOG_TAIL:
+        b += 1
+    return range(a, b + 1)
+
+
+def fisher_power(rate_a: float, rate_b: float, n: int, alpha: float = 0.05) -> float:
+    """The probability that the two-sided Fisher exact test (``fisher_exact``) gives p < ``alpha``
+    with ``n`` runs on each side, when the true failure rates are ``rate_a`` and ``rate_b``.
+
+    Exact enumeration of both binomials (terms below e^-40 of the mode dropped); the Fisher
+    p-values of every table with one column total are computed once, from the hypergeometric
+    sorted by probability, with ``fisher_exact``'s tie tolerance."""
+    if n < 1:
+        return 0.0
+    for r in (rate_a, rate_b):
+        if not 0.0 <= r <= 1.0:
+            raise ValueError(f"rate must be in [0, 1], got {r!r}")
+
+    def binomial(rate: float) -> list[tuple[int, float]]:
+        mode = min(n, max(0, int((n + 1) * rate)))
+        return [(x, math.exp(_log_pmf(x, n, rate)))
+                for x in _window(lambda x: _log_pmf(x, n, rate), 0, n, mode)]
+
+    import bisect as _bisect_mod
+    side_a, side_b = binomial(rate_a), binomial(rate_b)
+    significant: dict[int, set[int]] = {}       # column total -> the a's whose table has p < alpha
+
+    def column(t: int) -> set[int]:
+        lo, hi = max(0, t - n), min(n, t)
+        logh = lambda a: _log_hypergeom(a, n, n, t)  # noqa: E731
+        kept = _window(logh, lo, hi, min(hi, max(lo, t // 2)))
+        logs = sorted((logh(a), a) for a in kept)
+        cum, total = [], 0.0
+        for v, _ in logs:
+            total += math.exp(v)
+            cum.append(total)
+        values = [v for v, _ in logs]
+        out = {a for a in range(lo, hi + 1) if a not in kept}       # beyond e^-40: p far below alpha
+        for v, a in logs:
+            i = _bisect_mod.bisect_right(values, v + 1e-7 * max(1.0, abs(v))) - 1
+            if min(1.0, cum[i]) < alpha:
+                out.add(a)
+        return out
+
+    power = 0.0
+    for xa, pa in side_a:
+        for xb, pb in side_b:
+            t = xa + xb
+            if t not in significant:
+                significant[t] = column(t)
+            if xa in significant[t]:
+                power += pa * pb
+    return min(1.0, power)
+
+
+@functools.lru_cache(maxsize=1024)       # a compare's table is rebuilt for every report it writes
+def runs_to_decide(rate_a: float, rate_b: float, alpha: float = 0.05, power: float = POWER,
+                   max_runs: int = MAX_DECIDE_RUNS) -> int | None:
+    """Runs per side for the Fisher exact test to tell ``rate_a`` from ``rate_b`` with probability
+    ``power`` (``fisher_power``); None when ``max_runs`` per side are not enough (equal rates never are).
+
+    Found by doubling, then bisection between the last two sizes.  An exact test's power is not
+    strictly monotone in ``n`` (it saw-tooths by a few points), so this is the size the bisection
+    lands on, where the power is at least ``power``; a neighbouring size may fall just short."""
+    if rate_a == rate_b:
+        return None
+    n = 1
+    while fisher_power(rate_a, rate_b, n, alpha) < power:
+        if n >= max_runs:
+            return None
+        n = min(2 * n, max_runs)
+    lo, hi = n // 2, n          # power(lo) < power (or lo == 0), power(hi) >= power
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fisher_power(rate_a, rate_b, mid, alpha) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 @dataclass(frozen=True)

@@ -489,6 +489,12 @@ class Store:
                            [*args, int(limit)])
         return [run for run in map(self._decode_run, rows) if run is not None]
 
+    def runs_at(self, ref_sha: str) -> list[dict]:
+        """The runs made at commit ``ref_sha`` (``ref_sha`` column: compare, flake hunts with a ref,
+        bisect steps, bisect-run), oldest first: ``run_id``, ``kind``, ``started``, ``ref``."""
+        return self._query("SELECT run_id, kind, started, ref FROM runs WHERE ref_sha = ? ORDER BY started, run_id",
+                           (ref_sha,))
+
     def _chain(self, run_id: str) -> list[str]:
         """``run_id`` and every run resumed from it, transitively."""
         rows = self._query("WITH RECURSIVE chain(id) AS (SELECT ? UNION SELECT r.run_id FROM runs r "

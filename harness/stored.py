@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from harness.bisect.driver import BisectState
+from harness.bisect.driver import BisectState, signature_failure
 from harness.bisect.session import devices_provenance
 from harness.errors import UsageError
 from harness.flake.summary import summarize_hunt
@@ -55,7 +55,7 @@ def stored_document(store: Store, run_id: str) -> dict:
                 keys["latency"] = latency_rows(results, names, latency["threshold"])
         else:
             state = BisectState.from_dict(extra["bisect"]["state"])
-            keys["bisect"] = state.report()
+            keys["bisect"] = {**state.report(), "failure": signature_failure(results, state.signature)}
             keys["refs"] = state.endpoint_refs()
             if "devices" not in provenance:     # an unfinished bisect, or one stored by an older harness
                 provenance = {**provenance, "devices": devices_provenance(store, run_id)}

@@ -312,3 +312,73 @@ def make_latency_repo(path: str | os.PathLike[str], n_commits: int = 8, slow_fro
         subject = "make the kernel slower (more work per call)" if i == slow_from else f"tidy: release 0.{i}"
         shas.append(commit_files(repo, files, subject, i))
     return shas
+
+
+# -- a kernel library holding its own TensorSpec module (spec ops across refs: tests/e2e/test_spec_refs_cli.py) --
+
+SPEC_MODULE = "slib.spec_scale"
+SPEC_KERNEL = "slib.kernels:scale_rows"
+_SPEC_PY = '''\
+"""slib's test of scale_rows, as the library writes it: y = x * w, row by row."""
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class TensorSpec:
+    name: str
+    shape: list
+    dtype: torch.dtype
+    init_value: object = None
+    is_output: bool = False
+
+
+def build_tensor_specs(rows=4, cols=64):
+    return [TensorSpec("x", [rows, cols], torch.float32, init_value=lambda: torch.randn(rows, cols)),
+            TensorSpec("w", [cols], torch.float32, init_value=lambda: torch.rand(cols) + 0.5),
+            TensorSpec("y", [rows, cols], torch.float32, is_output=True)]
+
+
+def golden_scale_rows(tensors):
+    tensors["y"][:] = tensors["x"] * tensors["w"]
+'''
+_SPEC_KERNELS_PY = '''\
+"""slib kernels (release {version})."""
+BUGGY = {buggy!r}
+_calls = 0
+
+
+def scale_rows(x, w, y):
+    y.copy_(x * w)
+    if BUGGY:                    # "fuse the second row's epilogue": scales row 1 twice
+        y[1].mul_(1.5)
+
+
+def scale_jitter(x, w, y):
+    """Correct within any tolerance, but its bits differ from call to call (a racy reduction's stand-in)."""
+    global _calls
+    _calls += 1
+    y.copy_(x * w)
+    y[0, 0].mul_(1 + 1e-6 * _calls)
+'''
+
+
+def spec_case_yaml(name: str = "scale", kernel: str = SPEC_KERNEL) -> str:
+    return f"name: {name}\nspec: {SPEC_MODULE}\nkernel: {kernel}\nparams: {{rows: [4]}}\nseed: 0\ntimeout_s: 120\n"
+
+
+def make_spec_repo(path: str | os.PathLike[str], n_commits: int = 6, culprit: int = 3) -> list[str]:
+    """A library (package ``slib`` at the top of the checkout) whose ``slib.spec_scale`` TensorSpec
+    module is the same at every commit and whose ``scale_rows`` kernel mis-scales row 1 from
+    commit ``culprit`` on; every commit changes the release string.  The shas, oldest first."""
+    repo = init_repo(Path(path))
+    shas = []
+    for i in range(n_commits):
+        files = {"slib/__init__.py": f'__version__ = "0.{i}"\n', "slib/spec_scale.py": _SPEC_PY,
+                 "slib/kernels.py": _SPEC_KERNELS_PY.format(version=f"0.{i}", buggy=i >= culprit)}
+        if i == 0:
+            files[".gitignore"] = "__pycache__/\n"
+        subject = "kernels: fuse the second row's epilogue" if i == culprit else f"slib 0.{i}: housekeeping"
+        shas.append(commit_files(repo, files, subject, i))
+    return shas

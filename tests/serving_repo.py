@@ -135,3 +135,42 @@ def case_files(folder: Path) -> Path:
         timeout_s: 120
         """))
     return folder
+
+
+# -- the other way round: the kernel library switches under a fixed serving checkout ----------
+
+_SERVING_ENGINE = '''\
+"""The serving engine of a fixed checkout: decode and prefill call the kernel library on the PYTHONPATH."""
+from pto.runtime import decode, prefill  # noqa: F401
+'''
+
+
+def make_kernel_library(path: Path, *, commits: int = 6, culprit: int = 3, fail_p: float = 0.6,
+                        seed: int = 0) -> ServingRepo:
+    """A kernel library (package ``pto``) whose ``pto.runtime.decode`` faults with a printed 507018 on
+    ``fail_p`` of calls from commit ``culprit`` on (the same draw as the serving engine above); a
+    branch ``fix`` sets that back to 0.  What a PR that fixes the library is compared on."""
+    init_repo(path)
+    shas = []
+    for i in range(commits):
+        p = fail_p if i >= culprit else 0.0
+        files = {"pto/__init__.py": "",
+                 "pto/runtime.py": _ENGINE.format(fail_p=p, version=f"0.{i}", counter=COUNTER_ENV, seed=seed),
+                 "CHANGELOG": "".join(f"- change {k}\n" for k in range(i + 1))}
+        shas.append(commit_files(path, files, f"change {i}" + (" (stream reuse)" if i == culprit else ""), i))
+    git(path, "checkout", "--quiet", "-b", "fix")
+    fix = commit_files(path, {"pto/runtime.py": _ENGINE.format(fail_p=0.0, version="fix", counter=COUNTER_ENV,
+                                                               seed=seed)},
+                       "fix: synchronise the stream before reuse", commits)
+    git(path, "checkout", "--quiet", "main")
+    return ServingRepo(path, shas, shas[culprit], fix)
+
+
+def make_serving_checkout(path: Path) -> Path:
+    """A serving checkout that imports its kernels from the library on the PYTHONPATH (``pto``): its
+    ``repro.py`` and ``tests/test_serving.py`` as above; not a git repository (it does not change)."""
+    for name, text in {"serving/__init__.py": "", "serving/engine.py": _SERVING_ENGINE, "repro.py": _REPRO,
+                       "tests/test_serving.py": _TESTS}.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    return path

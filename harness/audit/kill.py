@@ -10,9 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.audit.coverage import has_negative_slot, has_valid_slot
-from harness.audit.operators import Operator
+from harness.audit.operators import Operator, target_output, target_rows
 from harness.case import Case
-from harness.ops import OPS
 from harness.outcomes import Outcome, Result
 
 
@@ -54,7 +53,7 @@ def verdict(operator: Operator, cases: Sequence[Case], baseline: Mapping[str, Re
     ids = tuple(c.case_id for c in cases)
     kills = tuple(Kill(i, results[i].label) for i in ids
                   if i in results and i in baseline and baseline[i].outcome.passed and results[i].outcome.failed
-                  and results[i].outcome is not Outcome.HARNESS_ERROR)   # the harness broke, not the check
+                  and results[i].outcome not in (Outcome.HARNESS_ERROR, Outcome.ENV_ERROR))   # not the check's doing
     outcomes = {i: results[i].label for i in ids if i in results}
     reason = "" if kills or not ids else survivor_reason(operator, cases, baseline)
     return MutantVerdict(operator.name, operator.bug, ids, kills, outcomes, reason)
@@ -69,9 +68,11 @@ def survivor_reason(operator: Operator, cases: Sequence[Case], baseline: Mapping
         return "no case has a slot < 0"
     if operator.needs_valid_slot and not any(has_valid_slot(c) for c in passing):
         return "no case has a row with a slot >= 0"
+    if operator.needs_two_rows and all(target_rows(c, operator) < 2 for c in passing):
+        return f"no case's `{target_output(passing[0], operator)}` has more than one row"
     if operator.perturbs_value:
         case = passing[0]
-        name = OPS[case.op].outputs[0].name
+        name = target_output(case, operator)
         tol = case.tolerance_for(name)
         scaled = f" scaled to {tol.atol_rms:g} x row RMS" if tol.atol_rms is not None else ""
         return (f"the tolerance on `{name}` (atol {tol.atol:g}{scaled}, rtol {tol.rtol:g}, max_error_ratio "

@@ -3,7 +3,10 @@
 The operators themselves run in the device worker (``harness.kernels.mutants.operators``);
 the front end only picks the cases each applies to and names the kernel that wraps the
 case's own.  Output-side operators wrap any kernel; ``internal`` ones act inside the
-computation and apply to cases whose kernel is the reference only.
+computation and apply to cases whose kernel is the reference only.  The ``generic`` ones
+also apply to spec ops (docs/specs.md): the output they act on and the input they write
+are read from the case's own table (``target_output``, ``target_input``) and travel in its
+environment, since the wrapper sees only ``fn(**tensors)``.
 """
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ MUTANT_VAR = "HARNESS_MUTANT"
 KERNEL_VAR = "HARNESS_MUTANT_KERNEL"
 DELTA_VAR = "HARNESS_MUTANT_DELTA"
 SHAPE_VAR = "HARNESS_MUTANT_SHAPE"
-OUTPUT_VAR = "HARNESS_MUTANT_OUTPUT"     # head_perturbed: which output (default the op's first)
+OUTPUT_VAR = "HARNESS_MUTANT_OUTPUT"     # which output (default the op's first; a spec op's always set)
+INPUT_VAR = "HARNESS_MUTANT_INPUT"       # input_clobber: which input (default the op's first; a spec op's set)
+SPEC_WRAPPER = WRAPPER + ":spec_op"     # a spec op's kernel is one callable, whatever its op's name
 REFERENCE = "reference"
 HEAD_PERTURBED = "head_perturbed"      # the operator whose delta the sensitivity search sets
 
@@ -44,19 +49,58 @@ class Operator:
     needs_negative_slot: bool = False   # only a row with slot < 0 can show it
     needs_valid_slot: bool = False      # only a row with slot >= 0 can show it
     perturbs_value: bool = False        # a finite change to an output's values: a tolerance can admit it
+    generic: bool = False               # also applies to spec ops (acts on their table's first output/input)
+    needs_float: bool = False           # acts on values: a spec op needs a floating output
+    needs_input: bool = False           # writes an input: a spec op needs an input tensor
+    needs_two_rows: bool = False        # only an output of two rows or more can show it
 
     def applies_to(self, case: Case) -> bool:
+        if case.spec is not None:
+            return self.generic and (not self.needs_float or bool(value_outputs(case))) and \
+                (not self.needs_input or bool(case.op_spec.by_role("input")))
         return case.op in self.ops and (not self.internal or case.kernel == REFERENCE)
+
+
+def _floating(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+def value_outputs(case: Case) -> tuple[str, ...]:
+    """The outputs whose values an operator may scale or make NaN, the first being the one it
+    does by default: a builtin op's every output, a spec op's floating ones."""
+    outputs = case.op_spec.outputs
+    return tuple(a.name for a in outputs if case.spec is None or _floating(a.dtype))
+
+
+def target_output(case: Case, operator: "Operator") -> str:
+    """The output ``operator`` acts on by default: the first (a value operator: the first floating)."""
+    if operator.needs_float:
+        return value_outputs(case)[0]
+    return case.op_spec.outputs[0].name
+
+
+def target_rows(case: Case, operator: "Operator") -> int:
+    """The rows (first dim) of the output ``operator`` acts on (1 when it has no dims)."""
+    shape = case.op_spec.arg(target_output(case, operator)).shape
+    return int(shape[0]) if shape and shape[0].isdigit() else 1
+
+
+def target_input(case: Case) -> str:
+    """The input ``input_clobber`` writes: the op's first input tensor."""
+    return case.op_spec.by_role("input")[0].name
 
 
 OPERATORS: tuple[Operator, ...] = (
     Operator("out_is_query", "the attention output filled with the rotated query",
              ("paged_decode_attention", "fused_rope_decode_attention"), perturbs_value=True),
-    Operator("half_written", "half of one output left as the kernel found it", _ALL),
-    Operator("nan_element", "one output element NaN", _ALL),
+    Operator("half_written", "half of one output left as the kernel found it", _ALL, generic=True),
+    Operator("nan_element", "one output element NaN", _ALL, generic=True, needs_float=True),
     Operator("head_perturbed", "one head (or one block of a row) of one output scaled by (1 + delta)", _ALL,
-             perturbs_value=True),
-    Operator("input_clobber", "an input tensor overwritten after the launch", _ALL),
+             perturbs_value=True, generic=True, needs_float=True),
+    Operator("input_clobber", "an input tensor overwritten after the launch", _ALL, generic=True, needs_input=True),
+    # spec ops only: a builtin op's rows are the cache's (skip_cache_write) or may be padding
+    Operator("row_dropped", "one row of one output dropped: its last row holds the row before it", (),
+             generic=True, needs_two_rows=True),
     Operator("slot_minus_one_write", "k/v written for a row whose slot < 0, before the cache (raw offset)",
              _WRITERS, needs_negative_slot=True),
     Operator("neighbor_slot_write", "a valid row's k/v also written to the next slot", _WRITERS,
@@ -98,9 +142,12 @@ def mutated(case: Case, operator: Operator, delta: float | None = None, shape: s
     no default, output defaults to the op's first)."""
     if operator.name == "head_perturbed" and delta is None:
         raise ValueError("head_perturbed needs a delta")
+    if case.spec is not None:     # the wrapper cannot tell a spec op's outputs from its inputs: it is told
+        output = output or target_output(case, operator)
     env = {**case.env, MUTANT_VAR: operator.name, KERNEL_VAR: case.kernel, SHAPE_VAR: shape,
-           **({} if delta is None else {DELTA_VAR: repr(delta)}), **({OUTPUT_VAR: output} if output else {})}
-    return replace(case, kernel=WRAPPER, env=env)
+           **({} if delta is None else {DELTA_VAR: repr(delta)}), **({OUTPUT_VAR: output} if output else {}),
+           **({INPUT_VAR: target_input(case)} if case.spec is not None and operator.needs_input else {})}
+    return replace(case, kernel=WRAPPER if case.spec is None else SPEC_WRAPPER, env=env)
 
 
 def applicable(cases: Sequence[Case], operator: Operator) -> list[Case]:

@@ -21,10 +21,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.audit.operators import BY_NAME, HEAD_PERTURBED, mutated
+from harness.audit.operators import BY_NAME, HEAD_PERTURBED, mutated, value_outputs
 from harness.case import Case
 from harness.formats import pct
-from harness.ops import OPS
 from harness.outcomes import Result
 
 LOW, HIGH = 1e-4, 1.0
@@ -69,7 +68,7 @@ def find_sensitivity(cases: Sequence[Case], baseline: Mapping[str, Result],
     live = [c for c in cases if c.case_id in baseline and baseline[c.case_id].outcome.passed]
     found = []
     for shape in shapes:
-        for index in range(max((len(OPS[c.op].outputs) for c in live), default=0) if every_output else 1):
+        for index in range(max((len(value_outputs(c)) for c in live), default=0) if every_output else 1):
             found += _search(live, shape, index, run, steps)
     return tuple(found)
 
@@ -77,9 +76,13 @@ def find_sensitivity(cases: Sequence[Case], baseline: Mapping[str, Result],
 def _search(live: Sequence[Case], shape: str, index: int, run: Callable[[list[Case]], Mapping[str, Result]],
             steps: int) -> list[Sensitivity]:
     """The bisection for output ``index`` of every op that has one (the first output: no env of its own)."""
-    ops = [op for op in dict.fromkeys(c.op for c in live) if len(OPS[op].outputs) > index]
+    # an op's outputs (a spec op's floating ones) from its first case: its cases share one table's names
+    outputs: dict[str, tuple[str, ...]] = {}
+    for c in live:
+        outputs.setdefault(c.op, value_outputs(c))
+    ops = [op for op in dict.fromkeys(c.op for c in live) if len(outputs[op]) > index]
     live = [c for c in live if c.op in ops]
-    output = {op: OPS[op].outputs[index].name for op in ops}
+    output = {op: outputs[op][index] for op in ops}
     named = {op: output[op] if index else None for op in ops}
     low = dict.fromkeys(ops, 0.0)                               # largest delta seen missed
     high: dict[str, float | None] = dict.fromkeys(ops, None)   # smallest delta seen detected

@@ -14,10 +14,9 @@ from typing import Any
 
 from harness.audit.coverage import Condition, coverage
 from harness.audit.kill import MutantVerdict, Score, score, verdict
-from harness.audit.operators import HEAD_PERTURBED, Operator, applicable, mutated
+from harness.audit.operators import HEAD_PERTURBED, Operator, applicable, mutated, value_outputs
 from harness.audit.sensitivity import FULL_STEPS, QUICK_STEPS, SHAPES, Sensitivity, find_sensitivity
 from harness.case import Case
-from harness.ops import OPS
 from harness.outcomes import Outcome, Result
 from harness.run.engine import Engine, Planned, RunOptions
 from harness.run.session import execute
@@ -109,7 +108,8 @@ def run_audit(cases: Sequence[Case], operators: Sequence[Operator], options: Run
                 searched = search(chosen, FULL_STEPS, tuple(SHAPES)) if sensitivity else \
                     search(chosen, QUICK_STEPS, ("head",))
                 found = searched if sensitivity else None
-                heads = [x for x in searched if x.shape == "head" and x.output == OPS[x.op].outputs[0].name]
+                first = {c.op: value_outputs(c)[0] for c in chosen}
+                heads = [x for x in searched if x.shape == "head" and x.output == first.get(x.op)]
                 results = {i: r for x in heads for i, r in x.results.items()}
                 head_delta = HeadDelta("sensitivity", {x.op: x.delta for x in heads})
             elif chosen:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.bisect.search import Conclusion, FlakyBisect
+from harness.commands.selection import deciding, failing_ids, is_test_result, unmatched
 from harness.errors import UsageError
 from harness.outcomes import Outcome, Result
 from harness.refs.git import Commit
@@ -76,8 +77,9 @@ SIGHTED, CLEAN, UNTESTABLE = "sighted", "clean", "untestable"
 
 # The conclusions that name the first bad commit (or the range it is in).
 _NAMED = (Conclusion.FOUND, Conclusion.SKIPPED_RANGE)
-# Results that say nothing about the kernel: it was not built or imported, the harness broke, no device.
-_NOT_RUN = (Outcome.BUILD_ERROR, Outcome.HARNESS_ERROR, Outcome.SKIPPED)
+# Results that say nothing about the kernel: it was not built or imported, the harness or the
+# environment (runtime start, collective set-up, a peer) broke, no device.
+_NOT_RUN = (Outcome.BUILD_ERROR, Outcome.HARNESS_ERROR, Outcome.ENV_ERROR, Outcome.SKIPPED)
 
 
 def observe(results: list[Result], signature: Signature | None) -> tuple[str, Signature | None]:
@@ -85,7 +87,7 @@ def observe(results: list[Result], signature: Signature | None) -> tuple[str, Si
 
     Per case: a result either carries the signature, or ran without it (passed, or failed
     some other way), or did not run (``BUILD_ERROR``: build or import error,
-    ``HARNESS_ERROR``, ``SKIPPED``).
+    ``HARNESS_ERROR``, ``ENV_ERROR``, ``SKIPPED``).
 
     - ``sighted``: some result carries the signature;
     - ``untestable``: no case ran;
@@ -101,6 +103,17 @@ def observe(results: list[Result], signature: Signature | None) -> tuple[str, Si
     if all(r.outcome in _NOT_RUN for r in results):
         return UNTESTABLE, signature
     return CLEAN, signature
+
+
+def signature_failure(results: list[Result], signature: Signature | None) -> dict[str, Any] | None:
+    """What a command case printed when it showed the signature (``failure_text``: the head of its
+    output, a JUnit test's message), for the conclusion: ``FAILED`` alone does not say why a command
+    fails everywhere.  The first such result; None for kernel cases (their summary says it) or none."""
+    from harness.commands.runner import failure_text      # lazy: the driver stays free of the runner's imports
+    for r in results:
+        if signature is not None and signature.matches(r) and (text := failure_text(r)) is not None:
+            return {"case_id": r.case_id, "label": r.label, "ref": r.ref, "text": text}
+    return None
 
 
 def other_failures(results: list[Result], signature: Signature | None) -> list[str]:
@@ -144,8 +157,13 @@ class BisectState:
         return self.search.next_index()
 
     def record(self, index: int, results: list[Result], run_id: str) -> str:
-        what, self.signature = observe(results, self.signature)
+        # a command case with --test (or -k reaching its tests) is judged by those tests, not its exit status
+        what, self.signature = observe(deciding(results), self.signature)
         if what == UNTESTABLE:
+            missed = unmatched(results)
+            if index in (0, self.n) and missed:
+                raise BisectError(f"{missed[0].line()} at the {'good' if index == 0 else 'bad'} endpoint "
+                                  f"{self.commits[index].short}")
             if index in (0, self.n):
                 raise BisectError(f"the {'good' if index == 0 else 'bad'} endpoint {self.commits[index].short} "
                                   f"cannot be tested (every case {'/'.join(sorted({r.label for r in results}))}): "
@@ -155,8 +173,15 @@ class BisectState:
             self.search.record(index, what == SIGHTED)
         self.steps.append({"index": index, "sha": self.commits[index].sha, "observed": what, "run_id": run_id,
                            "labels": sorted({r.label for r in results}),
-                           "others": other_failures(results, self.signature)})
+                           "others": other_failures(deciding(results), self.signature),
+                           "failing": failing_ids(results), "tests": any(map(is_test_result, results))})
         return what
+
+    def failing_at(self, index: int) -> list[str] | None:
+        """The tests (or cases) that failed in any run at commit ``index``; None when it was not run
+        (or only by a harness that did not record them)."""
+        steps = [s for s in self.steps if s["index"] == index and "failing" in s]
+        return sorted({t for s in steps for t in s["failing"]}) if steps else None
 
     def also_seen(self) -> list[AlsoSeen]:
         """The other failures the steps met, most runs first (steps saved without ``others`` add nothing)."""
@@ -200,7 +225,11 @@ class BisectState:
         out: dict[str, Any] = {
             "verdict": answer.conclusion.value, "probability": answer.probability, "runs": answer.runs,
             "signature": None if self.signature is None else str(self.signature),
-            "p": {"mean": p.mean, "low": p.low, "high": p.high, "level": p.level, "sightings": p.sightings},
+            "p": {"mean": p.mean, "low": p.low, "high": p.high, "level": p.level, "sightings": p.sightings,
+                  # the runs before the search in the prior (--p-prior: a stored or stated rate)
+                  "prior_runs": self.search.p_evidence[0], "prior_sightings": self.search.p_evidence[1]},
+            # FOUND by the deterministic check: its ratio (docs/bisect.md "Learning determinism"); else null
+            "deterministic": self.search.deterministic_ratio() if answer.deterministic else None,
             "none_in_range": self.search.none_in_range(),
             "culprit": None, "range": None,
             "tally": [{"index": t.index, "sha": self.commits[t.index].sha, "subject": self.commits[t.index].subject,
@@ -210,6 +239,14 @@ class BisectState:
             "also_seen": [self._also_seen(a, answer.first if answer.conclusion in _NAMED else None)
                           for a in self.also_seen()],
         }
+        if answer.conclusion is Conclusion.FOUND:
+            at_culprit, at_bad = self.failing_at(answer.first), self.failing_at(self.n)
+            out["failing"] = {"culprit": at_culprit, "bad": at_bad}
+            # only for tests of a suite: which kernel cases a flaky bug hits at two commits differs by chance
+            suite = any(s.get("tests") for s in self.steps)
+            if suite and at_culprit is not None and at_bad is not None and set(at_culprit) != set(at_bad):
+                out["failing"]["culprit_only"] = sorted(set(at_culprit) - set(at_bad))
+                out["failing"]["bad_only"] = sorted(set(at_bad) - set(at_culprit))
         if answer.first is not None:
             first, last = self.commits[answer.first], self.commits[answer.last]
             out["range"] = [first.sha, last.sha]

@@ -36,6 +36,13 @@ skipped commits with the tested commit after it, or one "none" hypothesis) holds
 ``confidence`` of the posterior, when no run is informative any more, or when
 ``max_runs`` is spent.
 
+While every run at a commit proven bad has shown the signature, the search bisects as for a
+deterministic failure and may also stop on a generalised likelihood ratio that rules out every
+earlier culprit at its best-case ``p`` (``deterministic_ratio``): a deterministic failure is
+not re-run as if it might be flaky, and a flaky one that looked deterministic is not trusted
+beyond its luck. Earlier runs at a commit known bad (a stored rate, ``p_evidence``) join the
+Beta prior with their own weight.
+
 The state is the per-commit tally (runs, sightings, skipped) plus the settings;
 ``to_dict``/``from_dict`` round-trip it as JSON-safe data. Pure numpy, no git.
 """
@@ -131,6 +138,9 @@ class Answer:
     last: int | None
     probability: float
     runs: int
+    # FOUND by the deterministic check (every run at a bad commit showed the signature, and the
+    # culprits below are ruled out at every p), not by the posterior reaching the confidence
+    deterministic: bool = False
 
     @property
     def culprit(self) -> int | None:
@@ -185,6 +195,14 @@ class FlakyBisect:
       mass with every clean run anywhere (each is a run at or after G).
     - ``p_prior``: ``(a, b)`` of the Beta prior on ``p``. Default ``(1, 1.25)``: nearly
       flat, mean 0.44, a quarter of a clean run of lean towards low ``p``.
+    - ``p_evidence``: ``(runs, sightings)`` made before the search at a commit known to carry
+      the bug (a stored failure rate at B, or a stated one): they update the Beta prior to
+      ``Beta(a + sightings, b + runs - sightings)``, so 3 runs weigh as 3 runs, never as
+      certainty, and count in the deterministic check (a clean one among them rules it out).
+    - ``learn_deterministic``: also stop when every run at a commit proven bad showed the
+      signature and each culprit below the first sighted commit is ruled out whatever ``p``
+      is (its best-case likelihood ratio, ``deterministic_ratio``, at most ``1 - confidence``):
+      a deterministic failure is then not re-run as if it might be flaky (default True).
     - ``min_good_runs``: runs at G forced right after the first sighting (default 0:
       G is run when the choice rule picks it, which it does when GOOD_SHOWS competes
       with the first commits; set 1 to smoke-test G early).
@@ -196,7 +214,8 @@ class FlakyBisect:
 
     def __init__(self, n: int, confidence: float = 0.99, prior: Sequence[float] | None = None,
                  none_prior: float = 0.02, p_prior: tuple[float, float] = (1.0, 1.25),
-                 min_good_runs: int = 0, max_bad_runs: int = 50, max_runs: int | None = None) -> None:
+                 min_good_runs: int = 0, max_bad_runs: int = 50, max_runs: int | None = None,
+                 learn_deterministic: bool = True, p_evidence: tuple[float, float] = (0.0, 0.0)) -> None:
         self.n = _check_count("n (commits after the good endpoint)", n, 1)
         self.confidence = _check_probability("confidence", confidence)
         if prior is None:
@@ -219,6 +238,14 @@ class FlakyBisect:
         self.min_good_runs = _check_count("min_good_runs", min_good_runs, 0)
         self.max_bad_runs = _check_count("max_bad_runs", max_bad_runs, 1)
         self.max_runs = None if max_runs is None else _check_count("max_runs", max_runs, 1)
+        self.learn_deterministic = bool(learn_deterministic)
+        try:
+            ev_runs, ev_sightings = (float(v) for v in p_evidence)
+        except (TypeError, ValueError):
+            raise ValueError(f"p_evidence must be (runs, sightings), got {p_evidence!r}") from None
+        if not (0 <= ev_sightings <= ev_runs < math.inf):
+            raise ValueError(f"p_evidence must be (runs, sightings) with 0 <= sightings <= runs, got {p_evidence!r}")
+        self.p_evidence = (ev_runs, ev_sightings)
 
         log_prior = np.empty(self.n + 2)
         with np.errstate(divide="ignore"):
@@ -263,12 +290,17 @@ class FlakyBisect:
         """Runs recorded so far, endpoint runs included."""
         return int(self._runs.sum())
 
+    def _beta(self) -> tuple[float, float]:
+        """The Beta prior on ``p`` with the earlier runs (``p_evidence``) in it."""
+        (a, b), (runs, sightings) = self.p_prior, self.p_evidence
+        return a + sightings, b + runs - sightings
+
     def _stats(self) -> dict[str, Any]:
         """Posterior over hypotheses 0..n+1 and each one's sighting probability, cached per state."""
         if "post" in self._cache:
             return self._cache
         n = self.n
-        a, b = self.p_prior
+        a, b = self._beta()
         sightings = int(self._sightings.sum())
         clean = self._runs - self._sightings
         # clean_after[h]: clean runs at commits >= h, i.e. runs at or after culprit h that showed
@@ -341,7 +373,7 @@ class FlakyBisect:
         """The posterior of ``p`` (culprit integrated out): mean and an equal-tailed interval."""
         _check_probability("level", level)
         stats = self._stats()
-        a, b = self.p_prior
+        a, b = self._beta()
         post = stats["post"][:self.n + 1]
         weight = post / post.sum() if post.sum() > 0 else np.full(post.shape, 1.0 / post.size)
         s = stats["sightings"]
@@ -406,12 +438,95 @@ class FlakyBisect:
         first, last, mass = int(firsts[best]), int(lasts[best]), float(masses[best])
         if mass >= self.confidence:
             return Answer(Conclusion.FOUND if first == last else Conclusion.SKIPPED_RANGE, first, last, mass, runs)
+        if self.learn_deterministic:
+            lead = self._deterministic_lead()
+            if lead is not None and self.deterministic_ratio() <= 1.0 - self.confidence:
+                first, last = lead
+                mass = float(self._stats()["post"][first:last + 1].sum())
+                return Answer(Conclusion.FOUND if first == last else Conclusion.SKIPPED_RANGE, first, last, mass,
+                              runs, deterministic=True)
         exhausted = self.max_runs is not None and runs >= self.max_runs
         if exhausted or (stats["sightings"] > 0 and self.information().max() <= MIN_INFORMATION_BITS):
             return Answer(Conclusion.UNDECIDED, first, last, mass, runs)
         if stats["sightings"] == 0:
             return Answer(Conclusion.SEARCHING, None, None, mass, runs)
         return Answer(Conclusion.SEARCHING, first, last, mass, runs)
+
+    def _deterministic_lead(self) -> tuple[int, int] | None:
+        """The group ending at the first sighted commit, when no run at or after it was clean."""
+        stats = self._stats()
+        first = stats["first_sighting"]
+        ev_runs, ev_sightings = self.p_evidence
+        if first > self.n or first == 0 or stats["clean_after"][first] > 0 or ev_runs > ev_sightings:
+            return None
+        firsts, lasts, _ = self._group_masses()
+        k = int(np.searchsorted(lasts, first))
+        return int(firsts[k]), int(lasts[k])
+
+    def deterministic_ratio(self) -> float:
+        """How well the data rule out every culprit below the first sighted commit, whatever ``p``.
+
+        With ``S`` sightings and no clean run at a commit proven bad, the first sighted commit's
+        group (culprit c) explains the data at ``p = 1`` with likelihood 1. A culprit ``h`` below
+        it must have missed its ``F_h`` clean runs at or after ``h``: likelihood
+        ``p^S (1 - p)^F_h``. This ratio is the largest over ``p`` of the prior-weighted sum of
+        those likelihoods (GOOD_SHOWS included) over c's group's prior: a generalised
+        likelihood ratio, so a stop at ``1 - confidence`` holds at every ``p`` without trusting
+        a prior on ``p`` (docs/bisect.md "Learning determinism"). inf when not applicable.
+        """
+        lead = self._deterministic_lead()
+        if lead is None:
+            return math.inf
+        stats = self._stats()
+        first, last = lead
+        s = float(stats["sightings"]) + self.p_evidence[1]
+        f = stats["clean_after"][:first]
+        if not np.all(f > 0):
+            return math.inf                      # a culprit below with no clean run to rule it out
+        # the sum is unimodal in p; its peak lies between the single terms' peaks S / (S + F_h)
+        peaks = s / (s + f)
+        grid = np.linspace(peaks.min(), peaks.max(), 64) if f.size > 1 else peaks
+        log_terms = (self._log_prior[:first, None] + s * np.log(grid)[None, :]
+                     + f[:, None] * np.log1p(-grid)[None, :])
+        lead_prior = float(np.exp(self._log_prior[first:last + 1]).sum())
+        return float(np.exp(log_terms).sum(axis=0).max()) / lead_prior
+
+    def _deterministic_choice(self) -> int | None:
+        """The run while every run at a commit proven bad showed the signature (None otherwise).
+
+        Between the highest commit with a clean run and the first sighted commit the search
+        bisects as for a deterministic failure (the commit that halves the prior mass there, as
+        ``git bisect`` would); once only the first sighted commit's group is left, it runs that
+        commit or the tested commit just below the group, whichever outcome expected at
+        ``p = 1`` (a sighting, a clean run) lowers ``deterministic_ratio`` more. The stopping
+        rules are unchanged, so a flaky failure that looked deterministic for a while is still
+        judged by the posterior once a clean run shows at a commit proven bad.
+        """
+        lead = self._deterministic_lead()
+        if lead is None:
+            return None
+        first, last = lead
+        clean = np.flatnonzero(self._runs[:first] > 0)
+        low = int(clean[-1]) if clean.size else 0
+        open_ = np.arange(low + 1, first)
+        open_ = open_[~self._skipped[open_]]
+        if open_.size:
+            weight = np.exp(self._log_prior[low + 1:last + 1])
+            below = np.cumsum(weight)[open_ - low - 1]           # mass of culprits low+1..j
+            return int(open_[np.argmin(np.abs(2.0 * below - weight.sum()))])
+        below = first - 1
+        while below > 0 and self._skipped[below]:
+            below -= 1
+        ratios = {}
+        for index, sighted in ((below, False), (last, True)):
+            self._runs[index] += 1
+            self._sightings[index] += sighted
+            self._cache.clear()
+            ratios[index] = self.deterministic_ratio()
+            self._runs[index] -= 1
+            self._sightings[index] -= sighted
+        self._cache.clear()
+        return min(ratios, key=lambda i: (ratios[i], i))
 
     def done(self) -> bool:
         return self.answer().conclusion is not Conclusion.SEARCHING
@@ -435,6 +550,10 @@ class FlakyBisect:
             return self.n
         if self._runs[0] < self.min_good_runs:
             return 0
+        if self.learn_deterministic:
+            choice = self._deterministic_choice()
+            if choice is not None:
+                return choice
         firsts, lasts, masses = self._group_masses()
         leading = max(float(masses.max()), float(self._stats()["post"][0]))
         score = self.separation() if leading >= LEADER_MASS else self.information()
@@ -458,6 +577,8 @@ class FlakyBisect:
             "min_good_runs": self.min_good_runs,
             "max_bad_runs": self.max_bad_runs,
             "max_runs": self.max_runs,
+            "learn_deterministic": self.learn_deterministic,
+            "p_evidence": list(self.p_evidence),
             "tally": [[t.index, t.runs, t.sightings, t.skipped] for t in self.tally() if t.runs or t.skipped],
         }
 
@@ -472,7 +593,10 @@ class FlakyBisect:
             search = cls(data["n"], confidence=data["confidence"], prior=data["prior"],
                          none_prior=data["none_prior"], p_prior=tuple(data["p_prior"]),
                          min_good_runs=data["min_good_runs"], max_bad_runs=data["max_bad_runs"],
-                         max_runs=data["max_runs"])
+                         max_runs=data["max_runs"],
+                         # a state saved before the deterministic check resumes without it
+                         learn_deterministic=data.get("learn_deterministic", False),
+                         p_evidence=tuple(data.get("p_evidence", (0.0, 0.0))))
         except KeyError as exc:
             raise ValueError(f"bisect state: missing field {exc.args[0]!r}") from None
         except (TypeError, ValueError) as exc:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.bisect.driver import BisectError, BisectState, Signature, run_steps
+from harness.bisect import prior
+from harness.bisect.driver import BisectError, BisectState, Signature, run_steps, signature_failure
 from harness.bisect.search import FlakyBisect
 from harness.case import Case
 from harness.errors import UsageError
@@ -67,6 +68,7 @@ class SearchOptions:
     max_runs: int = 300
     good_runs: int = 0
     max_bad_runs: int = 50
+    p_prior: str | float | None = None      # --p-prior: "from-store", "none", a rate, None (from the store if enough)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class Session:
     run_id: str
     plan: BisectPlan
     state: BisectState
+    prior: str | None = None              # the p prior's line, for a new bisect (printed at the start)
 
 
 def _extra(plan: BisectPlan, state: BisectState) -> dict[str, Any]:
@@ -101,13 +104,17 @@ def start(runner: RefRunner, store: Store, plan: BisectPlan, search: SearchOptio
     between = refs.commits_between(plan.setup.repo, good, bad, first_parent=plan.first_parent)
     if not between:
         raise UsageError(f"--good {plan.good} and --bad {plan.bad} are the same commit: nothing to bisect")
-    state = BisectState([good, *between], FlakyBisect(len(between), confidence=search.confidence,
-                                                      max_runs=search.max_runs, min_good_runs=search.good_runs,
-                                                      max_bad_runs=search.max_bad_runs), signature)
+    commits = [good, *between]
+    p_prior = prior.choose(search.p_prior, store=store, commits=[(c.sha, c.short) for c in reversed(between)],
+                           case_ids=[c.case_id for c in plan.cases], devices=plan.devices, signature=signature)
+    state = BisectState(commits, FlakyBisect(len(between), confidence=search.confidence,
+                                             max_runs=search.max_runs, min_good_runs=search.good_runs,
+                                             max_bad_runs=search.max_bad_runs, p_evidence=p_prior.evidence),
+                        signature)
     run_id = store.start_run(command=command, devices=list(plan.devices), kind="bisect",
                              provenance={"run": run_provenance(plan.kernel_paths)},
                              ref=f"{good.short}..{bad.short}", ref_sha=bad.sha, extra=_extra(plan, state))
-    return Session(run_id, plan, state)
+    return Session(run_id, plan, state, p_prior.text)
 
 
 def run(session: Session, runner: RefRunner, store: Store, *, command: list[str],
@@ -133,6 +140,8 @@ def finish(session: Session, store: Store, results: list[Result]) -> dict[str, A
     """Close the parent run with the bisect report and the devices' provenance (also the summary of a
     resumed, finished bisect)."""
     report = session.state.report()
+    everything = [r for child in store.children(session.run_id) for r in store.results(child["run_id"])]
+    report["failure"] = signature_failure(everything or results, session.state.signature)
     stored = store.run(session.run_id) or {}
     provenance = {"run": run_provenance(session.plan.kernel_paths), **(stored.get("provenance") or {}),
                   "devices": devices_provenance(store, session.run_id)}

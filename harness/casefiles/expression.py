@@ -16,7 +16,7 @@ from typing import Callable
 
 from harness.errors import UsageError
 
-__all__ = ["ExpressionError", "compile_expression"]
+__all__ = ["ExpressionError", "SubResultMatch", "command_case_match", "compile_expression"]
 
 
 class ExpressionError(UsageError):
@@ -94,6 +94,10 @@ def _glued_group_end(expr: str, i: int) -> int | None:
     return None
 
 
+# A parsed expression: ("word", needle) | ("not", node) | ("and", nodes) | ("or", nodes).
+_Node = tuple
+
+
 class _Parser:
     def __init__(self, expr: str):
         self.expr = expr
@@ -112,34 +116,33 @@ class _Parser:
         got = "end of input" if tok.kind == "end" else repr(tok.text)
         return ExpressionError(self.expr, tok.column, f"expected {expected}; got {got}")
 
-    def parse(self) -> Callable[[str], bool]:
-        fn = self.or_expr(0)
+    def parse(self) -> _Node:
+        node = self.or_expr(0)
         if self.peek().kind != "end":
             raise self.fail(self.peek(), "'and', 'or' or end of input")
-        return fn
+        return node
 
-    def or_expr(self, depth: int) -> Callable[[str], bool]:
+    def or_expr(self, depth: int) -> _Node:
         parts = [self.and_expr(depth)]
         while self.peek().kind == "or":
             self.take()
             parts.append(self.and_expr(depth))
-        return parts[0] if len(parts) == 1 else (lambda s, ps=tuple(parts): any(p(s) for p in ps))
+        return parts[0] if len(parts) == 1 else ("or", tuple(parts))
 
-    def and_expr(self, depth: int) -> Callable[[str], bool]:
+    def and_expr(self, depth: int) -> _Node:
         parts = [self.not_expr(depth)]
         while self.peek().kind == "and":
             self.take()
             parts.append(self.not_expr(depth))
-        return parts[0] if len(parts) == 1 else (lambda s, ps=tuple(parts): all(p(s) for p in ps))
+        return parts[0] if len(parts) == 1 else ("and", tuple(parts))
 
-    def not_expr(self, depth: int) -> Callable[[str], bool]:
+    def not_expr(self, depth: int) -> _Node:
         tok = self.peek()
         if depth > _MAX_DEPTH:
             raise ExpressionError(self.expr, tok.column, "expression nested too deeply")
         if tok.kind == "not":
             self.take()
-            inner = self.not_expr(depth + 1)
-            return lambda s: not inner(s)
+            return ("not", self.not_expr(depth + 1))
         if tok.kind == "(":
             self.take()
             inner = self.or_expr(depth + 1)
@@ -149,12 +152,64 @@ class _Parser:
             return inner
         if tok.kind == "word":
             self.take()
-            needle = tok.text.lower()
-            return lambda s: needle in s
+            return ("word", tok.text.lower())
         raise self.fail(tok, "a substring, 'not' or '('")
+
+
+def _evaluate(node: _Node, word: Callable[[str], bool | None]) -> bool | None:
+    """``node`` with each word's truth from ``word``; None is "not known" (Kleene's three values)."""
+    kind = node[0]
+    if kind == "word":
+        return word(node[1])
+    if kind == "not":
+        inner = _evaluate(node[1], word)
+        return None if inner is None else not inner
+    values = [_evaluate(part, word) for part in node[1]]
+    decisive = kind == "or"            # True decides an 'or', False an 'and'
+    if decisive in values:
+        return decisive
+    return None if None in values else not decisive
+
+
+def _words(node: _Node) -> list[str]:
+    if node[0] == "word":
+        return [node[1]]
+    if node[0] == "not":
+        return _words(node[1])
+    return [w for part in node[1] for w in _words(part)]
 
 
 def compile_expression(expr: str) -> Callable[[str], bool]:
     """A ``-k`` expression -> a predicate on case ids (case-insensitive). Raises ``ExpressionError``."""
-    match = _Parser(expr).parse()
-    return lambda case_id: match(case_id.lower())
+    node = _Parser(expr).parse()
+    return lambda case_id: bool(_evaluate(node, lambda needle, s=case_id.lower(): needle in s))
+
+
+@dataclass(frozen=True)
+class SubResultMatch:
+    """What ``-k`` says of a command case whose tests are not known before it runs."""
+
+    whole: bool          # the case id matches: the case as it is
+    tests: bool          # its id does not, but an id ``case::test`` may: run it, keep the tests that match
+
+
+def command_case_match(expr: str, case_ids: list[str]) -> Callable[[str], SubResultMatch]:
+    """-k for command cases, whose JUnit tests become results ``case::test``.
+
+    A word that is in no case id of the selection can only be meant for a test: when there is
+    one, a command case whose id does not match is still run when the expression may match an
+    id ``case_id::<a test>`` (a word in the case id is true there, any other word not known).
+    When every word is in some case id, -k selects cases as it always did: a command case is not
+    run (at a suite's cost) to look for tests that ``-k repro`` was never meant to reach.
+    """
+    node = _Parser(expr).parse()
+    lowered = [c.lower() for c in case_ids]
+    reaches = any(not any(w in c for c in lowered) for w in _words(node))
+
+    def match(case_id: str) -> SubResultMatch:
+        s = case_id.lower()
+        if _evaluate(node, lambda needle: needle in s):
+            return SubResultMatch(True, False)
+        partial = _evaluate(node, lambda needle: True if needle in s else None)
+        return SubResultMatch(False, reaches and partial is None)
+    return match

@@ -90,7 +90,9 @@ class LocatedError(UsageError):
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
+    """``; did you mean 'x'?`` for the closest other choice: never the word itself (a known name
+    that failed for another reason needs that reason, not itself suggested back)."""
+    close = difflib.get_close_matches(word, [c for c in choices if c != word], n=1)
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
@@ -102,6 +104,10 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 # composer recurses once per nesting level, and aliases share nodes that the tree expands.
 MAX_DEPTH = 64
 MAX_NODES = 50_000
+# No key takes an integer past 2**63 - 1 (19 digits; seeds are the largest): a longer one is refused
+# by its digits before Python converts it (past 4300 digits ``int`` raises ValueError).
+MAX_INT_DIGITS = 32
+_INT_TAG = "tag:yaml.org,2002:int"
 
 
 class _TooDeep(Exception):
@@ -277,7 +283,17 @@ def _tree(loader: Loader, node: yaml.Node, where: Where, error: type[LocatedErro
     if isinstance(node, yaml.SequenceNode):
         items = [_tree(loader, item, where.index(i), error, budget, active) for i, item in enumerate(node.value)]
         return Node("list", items, where)
+    if node.tag == _INT_TAG:
+        refuse_long_integer(node.value, where, error)
     return Node("scalar", loader.construct_object(node, deep=True), where, text=node.value)
+
+
+def refuse_long_integer(text: str, where: Where, error: type[LocatedError]) -> None:
+    """An integer written with more than ``MAX_INT_DIGITS`` digits: one line naming the field."""
+    digits = sum(c.isdigit() for c in text)
+    if digits > MAX_INT_DIGITS:
+        raise error.at(where, f"an integer of {digits} digits: larger than any key takes (the largest, "
+                              f"a seed, is at most 2**63-1, 19 digits)")
 
 
 def wrap(value: Any, where: Where, error: type[LocatedError]) -> Node:

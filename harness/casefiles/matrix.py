@@ -42,15 +42,18 @@ from harness import memory_plan
 from harness.devices import host_memory
 from harness.memory_plan import human_bytes
 from harness.ops import OPS
-from harness.path_kinds import mode_kind, special_kind
+from harness.path_kinds import link_loop, mode_kind, special_kind
 from harness.registry import BUILTINS
 
 __all__ = ["INCLUDE_KEYS", "MAX_CASE_BYTES", "MAX_CASE_FILE_BYTES", "MAX_CASES", "TOP_KEYS", "case_bytes", "load_matrix", "load_paths",
            "machine_bound", "select"]
 
-# A matrix is counted before it is expanded, and the whole selection is capped too: a typo
-# (an axis of 10^4 values times another) is refused in a second instead of filling memory.
-MAX_CASES = 1_000_000
+# A matrix is counted (the product of its axes, plus its includes) before it is expanded, against
+# what is left of the cap after the files before it: a typo (an axis of 10^4 values times another) is
+# refused in a second instead of filling memory.  Under the cap a matrix is built whole (each case is
+# validated as a whole), about 0.1 ms of CPU and 2.5 KB per case (docs/cases.md), so the default keeps
+# that near 10 s and 250 MB at worst; --max-cases raises it.
+MAX_CASES = 100_000
 # More than any accelerator holds (1 TiB): a case that needs more than this and more than the
 # host has in all fits on no machine (docs/cases.md, "Memory plan").
 MAX_CASE_BYTES = 2**40
@@ -413,8 +416,10 @@ def _resolve_tolerance(spec: ToleranceSpec | None, args, op: str, in_case: str,
 # Public entry points
 # ---------------------------------------------------------------------------
 
-def load_matrix(path: "str | os.PathLike[str]", max_cases: int = MAX_CASES) -> list[Case]:
-    """One YAML case file -> its expanded, validated cases, in file order (at most ``max_cases``)."""
+def load_matrix(path: "str | os.PathLike[str]", max_cases: int = MAX_CASES,
+                kernel_paths: "Iterable[str]" = ()) -> list[Case]:
+    """One YAML case file -> its expanded, validated cases, in file order (at most ``max_cases``).
+    ``kernel_paths``: where a spec case file's module is found (``--kernel-path``; docs/specs.md)."""
     shown = os.fspath(path)
     try:
         text = _read_case_file(path).decode("utf-8")
@@ -428,6 +433,11 @@ def load_matrix(path: "str | os.PathLike[str]", max_cases: int = MAX_CASES) -> l
     from harness.commands.casefile import is_command_file, load_command_matrix   # command cases: their own loader
     if is_command_file(root):
         return load_command_matrix(root, shown, max_cases)
+    from harness.casefiles.specfile import is_spec_file, load_spec_matrix   # spec cases: their own keys
+    if is_spec_file(root):
+        cases = load_spec_matrix(root, shown, max_cases, tuple(kernel_paths))
+        _refuse_identical_cases(cases)
+        return cases
     spec = _read_spec(root, shown)
     cases = [_build_case(spec, draft) for draft in _expand(spec, max_cases)]
     _refuse_identical_cases(cases)
@@ -491,6 +501,8 @@ def _case_files(path: Path) -> list[Path]:
 
 
 def _refuse_special(path: Path) -> None:
+    if link_loop(path):      # a -> b -> a: stat says ELOOP, Path.resolve raises RuntimeError
+        raise CaseFileError(os.fspath(path), None, None, "", "is a symlink loop (it never reaches a file), not a case file")
     kind = special_kind(path)
     if kind:
         via = f" (a symlink to {os.path.realpath(path)})" if path.is_symlink() else ""
@@ -498,7 +510,7 @@ def _refuse_special(path: Path) -> None:
 
 
 def load_paths(paths: "Iterable[str | os.PathLike[str]] | str | os.PathLike[str]",
-               max_cases: int = MAX_CASES) -> list[Case]:
+               max_cases: int = MAX_CASES, kernel_paths: "Iterable[str]" = ()) -> list[Case]:
     """Files and directories (``*.yaml``/``*.yml``, recursively, sorted) -> all their cases, in order.
 
     A file reached twice is loaded once; the same case id in two files is an error; more than
@@ -514,10 +526,26 @@ def load_paths(paths: "Iterable[str | os.PathLike[str]] | str | os.PathLike[str]
             if key not in seen:
                 seen.add(key)
                 files.append(f)
+    from harness.casefiles.specfile import checked_together   # the spec files' modules: one check for all
+    with checked_together(files, max_cases, tuple(kernel_paths)):
+        return _load_files(files, max_cases, tuple(kernel_paths))
+
+
+def _load_files(files: list[Path], max_cases: int, kernel_paths: tuple[str, ...]) -> list[Case]:
     cases: list[Case] = []
     first: dict[str, Case] = {}
     for f in files:
-        loaded = load_matrix(f, max_cases)
+        # counted against what is left: a file past it is refused before its matrix is built
+        left = max_cases - len(cases)
+        try:
+            loaded = load_matrix(f, max(left, 1), kernel_paths)
+        except CaseFileError as exc:
+            if left < max_cases and "more than the cap of" in exc.message:
+                raise CaseFileError(exc.path, exc.line, exc.column, exc.field,
+                                    f"{exc.message.split(', more than the cap')[0]}, more than the {left} left of the "
+                                    f"cap of {max_cases} after {len(cases)} cases of the files before it "
+                                    f"(--max-cases)") from None
+            raise
         if len(cases) + len(loaded) > max_cases:
             raise CaseFileError(os.fspath(f), None, None, "",
                                 f"brings the cases to {len(cases) + len(loaded)}, more than the cap of {max_cases} "

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from harness.case import ATTENTION_SPREADS, DEFAULT_ATTENTION, DEFAULT_DTYPE, DEFAULT_PRECISION, DTYPES, GEOMETRY_FIELDS, PRECISIONS, PRESETS, SeqLens, SlotMode
-from harness.casefiles.located import LocatedError, Node, Where, did_you_mean, wrap
+from harness.casefiles.located import LocatedError, Node, Where, did_you_mean, refuse_long_integer, wrap
 from harness.ops import OPS
 from harness.registry import BUILTINS, is_import_path
 
@@ -147,14 +147,14 @@ def _seq_lens(n: Node) -> SeqLens:
     if text == "multi_block":
         return SeqLens("multi_block")
     if m := _CONST_RE.fullmatch(text):
-        return SeqLens("const", (_len_value(int(m[1]), w),))
+        return SeqLens("const", (_len_value(_whole(m[1], w), w),))
     if m := _UNIFORM_RE.fullmatch(text):
-        lo, hi = _len_value(int(m[1]), w), _len_value(int(m[2]), w)
+        lo, hi = _len_value(_whole(m[1], w), w), _len_value(_whole(m[2], w), w)
         if lo > hi:
             raise CaseFileError.at(w, f"uniform(lo, hi) needs lo <= hi, got uniform({lo}, {hi})")
         return SeqLens("uniform", (lo, hi))
     if m := _LIST_RE.fullmatch(text):
-        return SeqLens("list", tuple(_len_value(int(v), w) for v in m[1].split(",")))
+        return SeqLens("list", tuple(_len_value(_whole(v, w), w) for v in m[1].split(",")))
     raise CaseFileError.at(w, f"unknown seq_lens '{n.value}' (expected {_SEQ_LENS_FORMS})")
 
 
@@ -162,6 +162,12 @@ def _positive_len(n: Node) -> int:
     if n.kind != "scalar" or not _is_int(n.value):
         raise CaseFileError.at(n.where, f"expected a sequence length (an integer), got {n.describe()}")
     return _len_value(n.value, n.where)
+
+
+def _whole(text: str, where: Where) -> int:
+    """An integer written inside a string (``const(5)``), its digits bounded before ``int`` reads it."""
+    refuse_long_integer(text, where, CaseFileError)
+    return int(text)
 
 
 def _len_value(v: int, where: Where) -> int:
@@ -185,7 +191,7 @@ def _slot_mode(n: Node) -> SlotMode:
     if text in ("arange", "random"):
         return SlotMode(text)
     if m := _CONST_RE.fullmatch(text):
-        if abs(int(m[1])) > MAX_SIZE:
+        if abs(_whole(m[1], w)) > MAX_SIZE:
             raise CaseFileError.at(w, f"const(v) needs |v| <= {MAX_SIZE} (slots are int32), got {m[1]}")
         return SlotMode("const", int(m[1]))
     if m := _PADDED_RE.fullmatch(text):

@@ -14,7 +14,7 @@ import sys
 from harness import trace
 from harness.cli.audit import cmd_audit
 from harness.cli.bisect import GIT_BAD, GIT_GOOD, GIT_SKIP, cmd_bisect, cmd_bisect_run
-from harness.cli.common import EXIT_INTERNAL, EXIT_USAGE, check_output_flags
+from harness.cli.common import EXIT_INTERNAL, EXIT_USAGE, check_output_flags, check_path_flags
 from harness.cli.compare import cmd_compare
 from harness.cli.dumps import cmd_dumps
 from harness.cli.flake import cmd_flake
@@ -60,6 +60,7 @@ def _dispatch(args) -> int:
     trace.enable(args.debug or trace.enabled_by_env())
     try:
         check_output_flags(args)
+        check_path_flags(args)
         return COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"harness: error: {printable(exc)}", file=sys.stderr)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import shlex
 import sys
 import tempfile
@@ -11,10 +12,14 @@ from pathlib import Path
 from typing import Callable
 
 from harness.case import Case, LatencySpec
-from harness.casefiles import load_paths, select
+from harness.casefiles import load_paths
+from harness.casefiles.expression import command_case_match
+from harness.commands.selection import TestSelection, any_matched, pattern_matches, unmatched
+from harness.commands.spec import CommandSpec, placeholders
 from harness.devices import Device, parse_device, parse_device_list
 from harness.errors import UsageError
 from harness.formats import printable
+from harness.path_kinds import refuse_special_path
 from harness.refs import with_defaults
 from harness.refs.runner import DEFAULT_ENV, RefSetup
 from harness.reports.terminal import Reporter
@@ -28,22 +33,100 @@ from harness.store import MemoryStore, Store
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
+def load_kernel_paths(args) -> tuple[str, ...]:
+    """``--kernel-path`` as the case files are loaded with: ``{worktree}`` is the checkout of
+    ``--repo`` (compare, bisect: the user's working tree; each ref then gets its own worktree), or
+    of the current directory (a spec module found in the library it tests; docs/specs.md)."""
+    from harness.run.pool import WORKTREE, checkout_top, expand_kernel_paths
+    paths = tuple(getattr(args, "kernel_path", None) or ())
+    if not any(WORKTREE in p for p in paths):
+        return paths
+    where = os.path.abspath(getattr(args, "repo", None) or ".")
+    top = checkout_top(where)
+    if top is None:
+        raise UsageError(f"--kernel-path {next(p for p in paths if WORKTREE in p)}: {where} is not in a git "
+                         f"checkout (give --repo, or run inside the library's checkout)")
+    expanded = expand_kernel_paths(paths, top)
+    for path in expanded:
+        refuse_special_path(path, "--kernel-path")
+    return expanded
+
+
 def load_cases(args, *, import_kernel: bool = True) -> list[Case]:
     """The selected cases; under ``--kernel``, run by that kernel (``import_kernel``: check it
     imports and binds first; compare and bisect do not, each ref has its own code)."""
-    cases = load_paths(args.paths, args.max_cases)
+    cases = load_paths(args.paths, args.max_cases, load_kernel_paths(args))
     if args.tier in ("ci", "device"):
         cases = [c for c in cases if c.tier == args.tier]
     if args.expr:
-        cases = select(cases, args.expr)
+        cases = _select_k(cases, args.expr)
     if not cases:
         what = f" matching -k {args.expr!r}" if args.expr else ""
         raise UsageError(f"no cases{what} in {', '.join(args.paths)}")
+    if getattr(args, "tests", None):
+        cases = _select_tests(args, cases)
     if getattr(args, "seed", None) is not None:
         cases = [c.with_seed(args.seed) for c in cases]
     if getattr(args, "kernel", None):
         cases = _with_kernel(args, cases, import_kernel)
     return with_latency(args, cases)
+
+
+def _with_tests(case: Case, selection: TestSelection) -> Case:
+    """A command case that keeps only the JUnit tests ``selection`` names (stored with the case)."""
+    spec = CommandSpec.from_wire(case.command)
+    merged = selection if spec.tests is None else spec.tests.merged(selection)
+    return dataclasses.replace(case, command=dataclasses.replace(spec, tests=merged).to_wire())
+
+
+def _reports_tests(case: Case) -> bool:
+    """A command case whose command, cwd or env names ``{junit}``: only such a case can have tests."""
+    if case.command is None:
+        return False
+    spec = CommandSpec.from_wire(case.command)
+    texts = [spec.command] if spec.shell else list(spec.command)
+    texts += [spec.cwd or "", *case.env.values()]
+    return any(name == "junit" for text in texts for name, _ in placeholders(text))
+
+
+def _select_k(cases: list[Case], expr: str) -> list[Case]:
+    """-k on case ids; a word in no case id also reaches the JUnit tests of command cases
+    (``command_case_match``): such a case runs and keeps the tests ``case::test`` that match."""
+    match = command_case_match(expr, [c.case_id for c in cases])
+    kept = []
+    for c in cases:
+        if not _reports_tests(c):
+            if match(c.case_id).whole:
+                kept.append(c)
+            continue
+        m = match(c.case_id)
+        if m.whole:
+            kept.append(c)
+        elif m.tests:
+            kept.append(_with_tests(c, TestSelection(expr=expr)))
+    return kept
+
+
+def _select_tests(args, cases: list[Case]) -> list[Case]:
+    """``--test``: a command case keeps only the tests named (known when it has run); a kernel case
+    stays only when a pattern names its own id."""
+    patterns = tuple(args.tests)
+    kept = [_with_tests(c, TestSelection(patterns)) if _reports_tests(c) else c for c in cases
+            if _reports_tests(c) or any(pattern_matches(p, c.case_id) for p in patterns)]
+    if not kept:
+        raise UsageError(f"--test {patterns[0]!r}: no command case that writes JUnit ({{junit}}) and no case "
+                         f"with that id in {', '.join(args.paths)}")
+    return kept
+
+
+def no_test_matched(results: list) -> bool:
+    """``--test`` (or ``-k`` reaching tests) named no test of any command case that ran: say which tests
+    there are, one line each on stderr; the caller exits 2 after writing what it has."""
+    if any_matched(results):
+        return False
+    for miss in unmatched(results):
+        print(printable(miss.line()), file=sys.stderr)
+    return bool(unmatched(results))
 
 
 def with_latency(args, cases: list[Case]) -> list[Case]:
@@ -75,7 +158,8 @@ def _with_kernel(args, cases: list[Case], import_kernel: bool) -> list[Case]:
         return [c if c.command is not None else chosen[c.case_id] for c in cases
                 if c.command is not None or c.case_id in chosen]
     ops = list(dict.fromkeys(c.op for c in cases))
-    states = (options.kernel_states(args.kernel, ops, args.kernel_path) if import_kernel
+    spec_args = {c.op: c.op_spec.arg_names for c in cases if c.spec is not None}
+    states = (options.kernel_states(args.kernel, ops, args.kernel_path, arg_names=spec_args) if import_kernel
               else options.registry_states(args.kernel, ops))
     chosen = options.with_kernel(cases, args.kernel, states)
     print(printable(f"kernel: {chosen.kernel}"), flush=True)
@@ -104,6 +188,24 @@ def open_store(args, default: Path | None = None) -> Store:
 
 def outputs(args) -> Outputs:
     return Outputs(json=args.json_path, junit=args.junit, markdown=args.markdown, html=args.html)
+
+
+# Every flag that names a path to read or to put on a search path (the report outputs, --store,
+# --log-dir and --golden-cache have their own checks): refused by what it is, by ``stat`` alone,
+# before anything opens it (a FIFO on PYTHONPATH hangs every import of the worker and the spec check).
+PATH_FLAGS: tuple[tuple[str, str], ...] = (
+    ("kernel_path", "--kernel-path"), ("rules", "--rules"), ("repo", "--repo"), ("worktree_cache", "--worktree-cache"),
+    ("shard_durations", "--shard-durations"), ("source", "report"), ("merge", "--merge"), ("folder", "dumps"))
+
+
+def check_path_flags(args) -> None:
+    """Before a command does anything: no path flag names a FIFO, a socket, a device or a symlink loop
+    (``UsageError`` naming the flag and the kind, exit 2)."""
+    for dest, flag in PATH_FLAGS:
+        given = getattr(args, dest, None)
+        for value in ([given] if isinstance(given, str) else given or ()):
+            if isinstance(value, str) and not value.startswith("{worktree}"):
+                refuse_special_path(value, flag)
 
 
 def check_output_flags(args) -> None:
@@ -146,7 +248,7 @@ def engine_options(args, devices: list[Device], *, kernel_paths=None, golden_dty
         golden_dtype=golden_dtype or args.golden_dtype, golden_device=golden_device, log_dir=args.log_dir, log_root=default_log_dir,
         rules=tuple(args.rules), tier=tier or args.tier, exitfirst=exitfirst, max_log_bytes=args.max_log_mb << 20,
         device_logs=getattr(args, "device_logs", False), blocking_rerun=not getattr(args, "no_blocking_rerun", False),
-        intermediates=intermediates_mode(args)))
+        intermediates=intermediates_mode(args), isolation=getattr(args, "isolation", "warm")))
 
 
 def intermediates_mode(args) -> str:
@@ -195,7 +297,8 @@ def note_outputs(reporter: Reporter, args, run_id: str, store: Store) -> None:
 _RESUME_VALUE_FLAGS = (("--golden-cache", "golden_cache"), ("--json", "json_path"), ("--junit", "junit"),
                        ("--markdown", "markdown"), ("--html", "html"))
 _RESUME_SWITCHES = (("--no-golden-cache", "no_golden_cache"), ("--no-progress", "no_progress"),
-                    ("--no-color", "no_color"), ("--allow-nondeterministic", "allow_nondeterministic"))
+                    ("--no-color", "no_color"), ("--allow-nondeterministic", "allow_nondeterministic"),
+                    ("--changed", "changed"))
 
 
 def resume_command(args, run_id: str, store: Store) -> str:

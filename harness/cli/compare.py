@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import secrets
 import sys
+from collections import Counter
 
-from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, env_line, load_cases,
+from harness.cli.common import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, devices, engine_options, env_line, load_cases, no_test_matched,
                                 no_kernel_on_resume, open_store, outputs, plain, ref_setup, resume_command,
                                 session_golden_cache)
+from harness.commands.selection import deciding
 from harness.devices import parse_device
 from harness.formats import printable
 from harness.latency.statistics import DEFAULT_THRESHOLD, MAX_ROUNDS, Comparison
@@ -30,7 +32,8 @@ def cmd_compare(args) -> int:
     no_kernel_on_resume(args)
     if args.resume:
         given = [flag for flag, value in (("--ref", args.refs), ("--repo", args.repo), ("--repeat", args.repeat),
-                                          ("--seeds", args.seeds), ("--hunt-seed", args.hunt_seed)) if value]
+                                          ("--seeds", args.seeds), ("--hunt-seed", args.hunt_seed),
+                                          ("--test", args.tests)) if value]
         if given:
             raise UsageError(f"{given[0]} does not apply to --resume (a resumed compare keeps its refs, cases, "
                              f"repeats and seeds)")
@@ -119,7 +122,9 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
                 print(resume_command(args, parent, store), flush=True)
             raise
     names = [name for name, _ in commits]
-    _print_compare(done.rows, commits, plan.repeat)
+    rows = done.rows
+    _print_compare([r for r in rows if r.changed] if args.changed else rows, commits, ran_per_ref(done.results),
+                   hidden=sum(not r.changed for r in rows) if args.changed else 0)
     if plan.seeds == "fresh":       # the seed to replay a failure alone with: harness run FILE -k CASE --seed S
         for row in done.rows:
             for name in names:
@@ -134,7 +139,9 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
         print(f"wrote {path}")
     if not args.no_store:
         print(f"compare {done.parent} stored in {store.path}")
-    candidate_failed = any(r.outcome.failed for r in done.results if r.ref == names[-1])
+    if no_test_matched(done.results):
+        return EXIT_USAGE
+    candidate_failed = any(r.outcome.failed for r in deciding(done.results) if r.ref == names[-1])
     regressed = any(r.verdict is refcompare.RefVerdict.REGRESSED for r in done.rows)
     slower = any(row["latency_verdict"].get("verdict") == "SLOWER" for row in latency or ())
     return EXIT_FAILED if candidate_failed or regressed or slower else EXIT_OK
@@ -150,12 +157,22 @@ def _print_latency(rows: list[dict], plan) -> None:
         print(printable(f"  {row['case_id']}: {text}"))
 
 
-def _print_compare(rows: list[refcompare.CompareRow], commits, repeat: int) -> None:
+def ran_per_ref(results) -> str:
+    """``6 runs per case per ref`` (``3-6 runs ...`` when they differ): what ran, not the --repeat asked for
+    (a latency compare stops a decided case early; an interrupted one stops everywhere)."""
+    counts = Counter((r.case_id, r.ref) for r in results)
+    lo, hi = min(counts.values(), default=0), max(counts.values(), default=0)
+    return f"{lo if lo == hi else f'{lo}-{hi}'} run{'s' * (hi != 1)} per case per ref"
+
+
+def _print_compare(rows: list[refcompare.CompareRow], commits, title: str, *, hidden: int = 0) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
     names = [n for n, _ in commits]
-    t = Table(title=f"{repeat} run{'s' * (repeat != 1)} per case per ref", show_lines=False)
+    if hidden:
+        title += f"; {hidden} unchanged case{'s' * (hidden != 1)} not shown (--changed)"
+    t = Table(title=title, show_lines=False)
     t.add_column("case", overflow="fold")
     for name, commit in commits:
         t.add_column(f"{name} {commit.short[:7]}", overflow="fold")
@@ -166,3 +183,8 @@ def _print_compare(rows: list[refcompare.CompareRow], commits, repeat: int) -> N
         verdict = [Text(refcompare.verdict_detail(r, names))] if len(names) > 1 else []
         t.add_row(Text(r.case_id), *cells, *verdict)
     Console(highlight=False, width=200 if not sys.stdout.isatty() else None).print(t)
+    for r in rows:          # the cell says "5/5 FAILED"; what the command printed says why
+        if r.failure:
+            print(printable(f"{r.case_id} fails on every ref; its output:"))
+            for line in r.failure.splitlines():
+                print(printable(f"  {line}"))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness import refs
-from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, devices, engine_options, env_line, load_cases,
+from harness.cli.common import (EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, no_test_matched, devices, engine_options, env_line, load_cases,
                                 no_kernel_on_resume, note_outputs, open_store, plain, publisher, ref_setup,
                                 resume_command, session_golden_cache, store_path)
 from harness.devices import Device, parse_device
@@ -34,6 +34,8 @@ from harness.stored import MUTANT_KINDS
 
 def cmd_flake(args) -> int:
     if args.compare:
+        if args.tests:      # stored hunts are compared as they were run: a hunt aimed with --test is
+            raise UsageError("--test does not apply to --compare (compare two hunts that were run with it)")
         return _flake_compare(args)
     devices(args)
     no_kernel_on_resume(args)
@@ -66,7 +68,7 @@ def _check_ref_flags(args) -> None:
                                             ("--hunt-seed", args.hunt_seed),
                                             ("--until-fail", args.until_fail), ("--stop-after", args.stop_after),
                                             ("--max-minutes", args.max_minutes), ("--target-rate", args.target_rate),
-                                            ("--seed", args.seed)) if value]
+                                            ("--seed", args.seed), ("--test", args.tests)) if value]
         if ref_flags or planned:
             raise UsageError(f"{(ref_flags + planned)[0]} does not apply to --resume (a resumed hunt keeps its "
                              f"plan: cases, seeds, repeats, stop rules and ref)")
@@ -199,6 +201,8 @@ def _flake(args, options: HuntOptions | None, store: Store) -> int:
 def _exit_code(args, summaries: dict[str, HuntSummary], results: list[Result]) -> int:
     if any(r.outcome is Outcome.HARNESS_ERROR for r in results):
         return EXIT_INTERNAL
+    if no_test_matched(results):
+        return EXIT_USAGE
     return EXIT_FAILED if hunt_failed(summaries, args.allow_nondeterministic) else EXIT_OK
 
 
@@ -222,6 +226,9 @@ def _hunt_summaries(ref: str, path_of_store: str, conf: float) -> tuple[str, dic
 
 
 def _flake_compare(args) -> int:
+    for flag, value in (("--junit", args.junit), ("--html", args.html)):
+        if value:       # refused before anything is read: this table has no testcases nor figures
+            raise UsageError(f"{flag}: flake --compare writes --json and --markdown only")
     name_a, before = _hunt_summaries(args.compare[0], store_path(args), args.confidence)
     name_b, after = _hunt_summaries(args.compare[1], store_path(args), args.confidence)
     rows = hunt_changes(before, after)
@@ -238,4 +245,9 @@ def _flake_compare(args) -> int:
         from harness.reports.json_report import write_document
         write_document(args.json_path, {"schema": 1, "kind": "flake-compare", "before": name_a, "after": name_b,
                                         "rows": [r.to_json() for r in rows]})
+    if args.markdown:
+        from harness.files import write_text
+        from harness.reports.flake_text import changes_markdown
+        write_text(args.markdown, changes_markdown(name_a, name_b, rows))
+        print(f"wrote {args.markdown}")
     return EXIT_FAILED if any(r.change is HuntChange.REGRESSED for r in rows) else EXIT_OK

@@ -2,12 +2,11 @@
 a slowdown bisected by latency (harness/latency/bisect.py, docs/latency.md)."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from harness import refs
-from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, load_cases, open_store,
+from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, load_cases, open_store, outputs,
                                 ref_setup, session_golden_cache)
 from harness.devices import parse_device
 from harness.errors import UsageError
@@ -16,7 +15,9 @@ from harness.latency import bisect as slow
 from harness.latency.statistics import MAX_ROUNDS
 from harness.refs.git import open_repo
 from harness.refs.runner import RefRunner
+from harness.reports.writers import write_outputs
 from harness.run.options import ResumeOptions, kernel_paths, repo_state_dir
+from harness.stored import stored_document
 from harness.summary import summarize
 
 GIT_GOOD, GIT_BAD, GIT_SKIP = 0, 1, 125
@@ -61,12 +62,12 @@ def cmd_slower_bisect(args) -> int:
                                     on_step=lambda step, n: print(printable(f"step: {step.line(n)}"), flush=True))
         finally:
             store.finish_run(parent, {**summarize([]), "slower_than": state.to_json() if state else None})
-    for line in slow.conclusion_lines(state):
-        print(printable(line))
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps({"kind": "latency-bisect", "run_id": parent,
-                                                    "slower_than": state.to_json()}, indent=2))
-        print(f"wrote {args.json_path}")
+        for line in slow.conclusion_lines(state):
+            print(printable(line))
+        # every format from the one document `harness report RUN_ID` rebuilds: the steps' results,
+        # and slower_than with the answer and the first slow commit's ratios
+        for path in write_outputs(outputs(args), stored_document(store, parent)):
+            print(f"wrote {path}")
     return EXIT_OK if state.first_slow is not None else EXIT_FAILED
 
 
@@ -88,7 +89,9 @@ def cmd_slower_bisect_run(args) -> int:
         options = engine_options(args, [parse_device(d) for d in how.devices], golden_cache=golden_cache,
                                  kernel_paths=how.options.kernel_paths, default_log_dir=state_dir / "logs")
         with RefRunner(setup, options, store, warm_refs=True) as runner:
-            verdict, rows, _ = slow.measure(runner, store, how, good, head, command=sys.argv, parent_id=None)
-    step = slow.Step(0, head, verdict, tuple(rows), "")
-    print(printable(f"harness bisect-run: {step.line(1)}"))
+            verdict, rows, compare_id = slow.measure(runner, store, how, good, head, command=sys.argv, parent_id=None)
+        step = slow.Step(0, head, verdict, tuple(rows), compare_id)
+        print(printable(f"harness bisect-run: {step.line(1)}"))
+        for path in write_outputs(outputs(args), stored_document(store, compare_id)):    # the step's compare
+            print(f"wrote {path}")
     return {slow.StepVerdict.SLOW: GIT_BAD, slow.StepVerdict.NOT_SLOW: GIT_GOOD}.get(verdict, GIT_SKIP)

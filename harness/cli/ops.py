@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.abi import contract_rows, markdown_table, text_table
+from harness.abi import contract_rows, markdown_table, spec_layouts, text_table
 from harness.case import GEOMETRY_FIELDS, PRESETS, Case, Geometry, SeqLens, SlotMode, shape_sizes
 from harness.casefiles.located import did_you_mean
 from harness.cli.common import EXIT_OK
@@ -21,6 +21,8 @@ SEQ_LEN = "seq_len"
 
 
 def cmd_ops(args) -> int:
+    if args.op is not None and args.op.endswith((".yaml", ".yml")):
+        return spec_tables(args)
     if args.op is not None and args.op not in OPS:
         raise UsageError(f"unknown op '{args.op}'{did_you_mean(args.op, OPS)} (ops: {', '.join(OPS)})")
     sizes = parse_geometry(args.geometry) if args.geometry else None
@@ -38,6 +40,41 @@ def cmd_ops(args) -> int:
     if sizes is not None and "T" not in sizes:
         print(f"\nMB, max_pos, N and T depend on the case's sequence lengths: add {SEQ_LEN}=N to size them "
               f"(and plan the memory) for sequences of N tokens (one chunk)")
+    return EXIT_OK
+
+
+def spec_tables(args) -> int:
+    """``harness ops CASEFILE``: the table of each spec op the file's cases run (docs/specs.md), one
+    per distinct ``params``, shapes in numbers, with its memory plan and its INTERMEDIATES.  The
+    module is read as a run reads it (``harness.worker.spec_check``): the front end imports no torch."""
+    from pathlib import Path
+
+    from harness.casefiles.matrix import load_paths
+    from harness.run.options import kernel_paths
+
+    if args.geometry:
+        raise UsageError("--geometry: a spec op's shapes come from its params in the case file, not a geometry")
+    if not Path(args.op).is_file():
+        raise UsageError(f"harness ops: {args.op}: no such case file")
+    cases = load_paths([args.op], kernel_paths=kernel_paths(getattr(args, "kernel_path", None) or ()))
+    seen: dict[str, Case] = {}
+    for case in cases:
+        if case.spec is not None:
+            params = ", ".join(f"{k}={v!r}" for k, v in case.spec["params"].items())
+            seen.setdefault(f"{case.op} ({case.spec['module']}{f'; {params}' if params else ''})", case)
+    if not seen:
+        raise UsageError(f"harness ops: {args.op} holds no spec case (a builtin op's table: harness ops OP)")
+    for i, (title, case) in enumerate(seen.items()):
+        rows = contract_rows(case.op_spec, None, spec_layouts(case.spec["args"]))
+        if args.markdown:
+            print(*([""] if i else []), f"### `{case.op}`", "", title, "", *markdown_table(rows), sep="\n")
+        else:
+            print(*([""] if i else []), title, *text_table(rows), sep="\n")
+        declared = case.spec.get("intermediates") or ()
+        if declared:
+            print("", "intermediates, in dataflow order: " + ", ".join(
+                f"{name} (consumes {', '.join(up) or 'the inputs only'})" for name, up in declared), sep="\n")
+        print("", memory_line(case), sep="\n")
     return EXIT_OK
 
 

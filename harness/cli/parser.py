@@ -12,6 +12,7 @@ from harness.flake.hunt import SEED_MODES
 from harness.latency.statistics import MAX_ROUNDS, MIN_ROUNDS
 from harness.logs import LOG_CAP_BYTES
 from harness.run.options import MAX_REPEAT
+from harness.run.pool import ISOLATION_MODES
 from harness.shard.split import ShardError, parse_shard
 from harness.store import DEFAULT_STORE
 from harness.stored import KIND_FAMILIES
@@ -35,6 +36,12 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tier", choices=("auto", "ci", "device", "all"), default="auto",
                    help="auto: every case, device-tier ones skipped on cpu; ci/device: only that tier; "
                         "all: every case, device tier run on cpu too")
+
+
+def _add_tests(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--test", dest="tests", action="append", default=None, metavar="NODEID",
+                   help="command cases: only this JUnit test decides (an id case::test as the results name it, or "
+                        "a glob such as '*test_stateless*'); repeatable")
 
 
 def _add_store(p: argparse.ArgumentParser) -> None:
@@ -92,6 +99,11 @@ def _add_execution(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-blocking-rerun", action="store_true",
                    help="do not re-run a DEVICE_FAULT / ORCH_ERROR case on an accelerator once with "
                         "ASCEND_LAUNCH_BLOCKING=1 / CUDA_LAUNCH_BLOCKING=1")
+    p.add_argument("--isolation", choices=ISOLATION_MODES, default="warm",
+                   help="warm (default): cases share a warm worker, checked for what each kernel leaves behind; "
+                        "case: every case in a fresh worker (forked from the pristine zygote on cpu, spawned "
+                        "elsewhere), so nothing a kernel does in its process reaches the next case (slower: "
+                        "docs/benchmarks.md, \"Isolation per case\")")
     p.add_argument("--no-progress", action="store_true", help="plain line-per-case output")
     _add_intermediates(p)
     p.add_argument("--no-color", action="store_true", help="plain output without colours (as when not a TTY)")
@@ -174,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_list = sub.add_parser("list", parents=[common], help="expand and validate case files, print case ids")
     _add_selection(p_list)
+    p_list.add_argument("--kernel-path", action="append", default=[], metavar="DIR",
+                        help="where spec case files' modules are found (docs/specs.md; repeatable)")
 
     p_run = sub.add_parser("run", parents=[common], help="run cases on a device")
     _add_selection(p_run)
@@ -215,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_flake = sub.add_parser("flake", parents=[common],
                              help="run cases N times: failure rate, intervals, bitwise determinism")
     _add_selection(p_flake)
+    _add_tests(p_flake)
     _add_execution(p_flake)
     p_flake.add_argument("--repeat", type=positive_int("--repeat", MAX_REPEAT), default=None,
                          help="iterations per case (default 20; with --until-fail, the cap, default 1000)")
@@ -244,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_cmp = sub.add_parser("compare", parents=[common],
                            help="the same cases x N on several kernel-library refs, as a PR table")
     _add_selection(p_cmp)
+    _add_tests(p_cmp)
     _add_execution(p_cmp)
     _add_refs(p_cmp)
     _add_latency(p_cmp, across=True)
@@ -254,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="runs per case per ref (default 5)")
     _add_seeds(p_cmp, fixed="each case's own seed every repeat",
                fresh="a new recorded seed per repeat, the same on every ref (paired)")
+    p_cmp.add_argument("--changed", action="store_true",
+                       help="the terminal table shows only the cases whose verdict is not unchanged (the report "
+                            "files keep every case)")
     p_cmp.add_argument("--resume", default=None, metavar="COMPARE_ID",
                        help="continue a stored compare: only the repeats no ref has a result for run (its refs, "
                             "cases, repeats and seeds come from the store); the table covers the whole compare")
@@ -262,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="the first commit of the kernel library that shows a failure, "
                                 "even when it reproduces only sometimes")
     _add_selection(p_bis)
+    _add_tests(p_bis)
     _add_execution(p_bis)
     _add_refs(p_bis)
     p_bis.add_argument("--good", default=None, metavar="REV", help="a commit without the failure")
@@ -277,6 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default 0: it is run when that is informative; docs/bisect.md)")
     p_bis.add_argument("--max-bad-runs", type=positive_int("--max-bad-runs"), default=50, metavar="N",
                        help="give up (NOT_REPRODUCED) after N clean runs at the bad commit (default 50)")
+    p_bis.add_argument("--p-prior", default=None, metavar="from-store|RATE|none",
+                       help="the prior on the failure's reproduction probability: the case's rate stored at the "
+                            "bad commit (from-store; the default when at least 10 runs are stored), a RATE in "
+                            "(0, 1] weighed as 10 runs, or none (docs/bisect.md)")
     p_bis.add_argument("--resume", default=None, metavar="BISECT_ID",
                        help="continue a stored bisect (its cases, refs and options come from the store)")
     _add_slower_than(p_bis)
@@ -284,11 +308,18 @@ def build_parser() -> argparse.ArgumentParser:
     p_brun = sub.add_parser("bisect-run", parents=[common],
                             help="for `git bisect run`: exit 0 good, 1 bad, 125 skip, nothing else")
     _add_selection(p_brun)
+    _add_tests(p_brun)
     _add_execution(p_brun)
     p_brun.add_argument("--signature", default=None, metavar="OUTCOME[:CODE]",
                         help="bad only when this failure shows (other failures: skip); default: any failure is bad")
-    p_brun.add_argument("--repeat", type=positive_int("--repeat", MAX_REPEAT), default=1,
-                        help="runs per case; bad if the signature shows in any (for flaky failures)")
+    p_brun.add_argument("--repeat", type=positive_int("--repeat", MAX_REPEAT), default=None,
+                        help="runs per case; bad if the signature shows in any (for flaky failures); default: "
+                             "from --p-prior, the runs after which a bad commit shows nothing 1%% of the time, "
+                             "else 1")
+    p_brun.add_argument("--p-prior", default=None, metavar="from-store|RATE|none",
+                        help="the failure's reproduction probability behind the default --repeat: the rate "
+                             "stored at git bisect's bad commit (from-store; the default with at least 10 runs "
+                             "and --signature), a RATE in (0, 1] weighed as 10 runs, or none (1 run)")
     p_brun.add_argument("--build", default=None, metavar="CMD", help="run first in the current directory; "
                         "a failing build is a skip (125)")
     p_brun.add_argument("--build-timeout", type=float, default=1800.0, metavar="S")
@@ -302,7 +333,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_ops = sub.add_parser("ops", parents=[common],
                            help="each op's kernel arguments: role, shape, dtype, layout, what it may write and return")
-    p_ops.add_argument("op", nargs="?", default=None, help="one op (default: every op)")
+    p_ops.add_argument("op", nargs="?", default=None,
+                       help="one op (default: every op), or a spec case file (FILE.yaml): its spec op's table "
+                            "(docs/specs.md)")
+    p_ops.add_argument("--kernel-path", action="append", default=[], metavar="DIR",
+                       help="where a spec case file's module is found (docs/specs.md; repeatable)")
     p_ops.add_argument("--geometry", default=None, metavar="PRESET[,FIELD=V...]",
                        help="shapes in numbers for a preset (tiny, qwen3-14b), fields overridden as in a case file "
                             "(tiny,batch=2); seq_len=N sizes MB, max_pos, N and T for sequences of N tokens")
@@ -319,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_dumps.add_argument("--no-golden-cache", action="store_true")
     p_dumps.add_argument("--golden-dtype", choices=("fp32", "fp64"), default="fp32")
     p_dumps.add_argument("--json", default=None, metavar="FILE", help="write the table of intermediates as JSON")
+    p_dumps.add_argument("--kernel-path", action="append", default=[], metavar="DIR",
+                         help="where a spec case file's module is found (docs/specs.md; repeatable)")
 
     p_rep = sub.add_parser("report", parents=[common],
                            help="render a stored run, a --json file or merged shards in any format")
@@ -378,6 +415,10 @@ def seed(flag: str):
 
 def _whole(flag: str, minimum: int, maximum: int | None):
     def parse(text: str) -> int:
+        digits = sum(c.isdigit() for c in text)
+        if digits > 32:     # no flag takes more than 19 digits; past 4300 int() itself refuses
+            raise argparse.ArgumentTypeError(f"{flag}: a number of {digits} digits, larger than it takes"
+                                             + (f" (at most {maximum})" if maximum is not None else ""))
         try:
             value = int(text)
         except ValueError:

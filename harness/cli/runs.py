@@ -27,11 +27,19 @@ from harness.store import Store
 
 def cmd_list(args) -> int:
     for case in load_cases(args):
-        what = case.kernel if case.command is None else case.command["command"]   # a command case: its command
-        if isinstance(what, list):
-            what = " ".join(what)
-        print(printable(f"{case.case_id}\t{case.op}\t{what}\t{case.tier}\t{case.source}"))
+        print(list_line(case))
     return EXIT_OK
+
+
+def list_line(case: Case) -> str:
+    """One line per case, whatever it holds (tab-separated: id, op, kernel or command, tier, source).
+    A command written over several lines (a YAML block) or holding tabs is shown with ``\\n``/``\\t``,
+    so a script reading the listing gets one case per line and five fields."""
+    from harness.commands.spec import CommandSpec
+    what = case.kernel if case.command is None else CommandSpec.from_wire(case.command).text
+    fields = (case.case_id, case.op, what, case.tier, case.source)
+    return "\t".join(printable(str(f).replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t"))
+                     for f in fields)
 
 
 def cmd_run(args) -> int:

@@ -17,7 +17,8 @@ from typing import Any
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.casefiles.located import Node, Where
 from harness.casefiles.values import MAX_SEED, MAX_TIMEOUT_S, CaseFileError, case_name, check_keys, parse_value
-from harness.commands.spec import RUNTIME, CommandSpec, PassRule, PlaceholderError, check_template, placeholders
+from harness.commands.spec import (RUNTIME, CommandSpec, PassRule, PlaceholderError, check_template, placeholders,
+                                   substitute)
 
 TOP_KEYS = ("name", "command", "cwd", "env", "timeout_s", "matrix", "pass", "tier", "seed")
 PASS_KEYS = ("exit_code", "regex", "not_regex")
@@ -152,8 +153,9 @@ def load_command_matrix(root: Node, path: str, max_cases: int) -> list[Case]:
     cwd = None
     if "cwd" in top:
         cwd = _template(top["cwd"], known)
-        if not any(True for _ in placeholders(cwd)):
-            resolved = Path(base_dir, cwd)
+        names = {name for name, _ in placeholders(cwd)}
+        if names <= {"casedir"}:        # known now: the case file's directory is fixed
+            resolved = Path(base_dir, substitute(cwd, {"casedir": base_dir}))
             if not resolved.is_dir():
                 raise _fail(top["cwd"].where, f"no such directory: {resolved}")
     env: dict[str, str] = {}

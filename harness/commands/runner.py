@@ -22,6 +22,7 @@ from harness.case import Case
 from harness.classify.matching import Classification, classify_text
 from harness.commands import process
 from harness.commands.junit import JUnitError, TestCase, read_junit
+from harness.commands.selection import SHOWN_TESTS, TestSelection
 from harness.commands.spec import CommandSpec, substitute
 from harness.devices import Device
 from harness.logs import clean_text
@@ -60,7 +61,7 @@ class Verdict:
 def _values(case: Case, spec: CommandSpec, ctx: Context, out: Path, junit: Path, env: Mapping[str, str]) -> dict:
     worktree = ctx.worktree or spec.base_dir
     return {**{k: _plain(v) for k, v in case.params.items()}, "seed": str(case.seed), "worktree": worktree,
-            "device": str(ctx.device), "device_index": str(ctx.device.index or 0), "junit": str(junit),
+            "casedir": spec.base_dir, "device": str(ctx.device), "device_index": str(ctx.device.index or 0), "junit": str(junit),
             "out": str(out), "python": env.get("HARNESS_PYTHON") or sys.executable}
 
 
@@ -189,9 +190,11 @@ def run_case(case: Case, ctx: Context) -> list[Result]:
     summary = verdict.summary
     outcome, code = verdict.outcome, verdict.code
     tests: list[TestCase] = []
+    read = False
     if junit.exists():
         try:
             tests = read_junit(junit, cwd)
+            read = True
             metrics["command"]["tests"] = len(tests)
         except JUnitError as exc:
             metrics["command"]["junit_error"] = str(exc)
@@ -199,6 +202,10 @@ def run_case(case: Case, ctx: Context) -> list[Result]:
                 outcome, code, summary = Outcome.CONTRACT, None, f"junit: {exc}"
             else:
                 summary += f"; junit: {exc}"
+    if spec.tests is not None:
+        tests, note = _select(spec.tests, case.case_id, tests, read, metrics["command"])
+        if note:
+            summary = (summary + "; " if summary else "") + note
     if finished.leftovers:
         summary = (summary + "; " if summary else "") + f"{finished.leftovers} processes left in its session, killed"
     log = str(ctx.log_path)
@@ -216,9 +223,51 @@ def run_case(case: Case, ctx: Context) -> list[Result]:
     return results
 
 
+FAILURE_LINES = 5           # the head of a failing command's output a conclusion shows
+FAILURE_LINE_CHARS = 200
+
+
+def failure_text(result: Result, lines: int = FAILURE_LINES) -> str | None:
+    """What a failing command case printed, for a conclusion that would otherwise say only
+    ``FAILED`` (``exited with status 1``): the head of its output, and its last line when the head
+    stops before it; for a test of its JUnit, the failure message and what follows it.  None for a
+    pass and for kernel cases (their summary already says what failed)."""
+    if not result.outcome.failed or not result.report:
+        return None
+    metrics = result.metrics if isinstance(result.metrics, Mapping) else {}
+    body = result.report.splitlines()
+    if isinstance(metrics.get("command"), Mapping) and body[:1] and body[0].startswith("$ "):
+        body = body[2:]                 # the command line and its status line (``_report``)
+    elif "test" not in metrics:
+        return None
+    kept = [line.rstrip()[:FAILURE_LINE_CHARS] for line in body if line.strip()]
+    if not kept:
+        return None
+    if len(kept) > lines + 1:
+        kept = kept[:lines] + ["[...]", kept[-1]]
+    return "\n".join(kept)
+
+
+def _select(selection: TestSelection, case_id: str, tests: list[TestCase], read: bool,
+            provenance: dict) -> tuple[list[TestCase], str]:
+    """The tests ``selection`` keeps, and the note for the command's own result.  ``of`` stays None
+    when no JUnit was read: the command's own result then decides, as without a selection."""
+    kept = [t for t in tests if selection.matches(case_id, t.test_id)]
+    provenance["selection"] = {"patterns": list(selection.patterns), "expr": selection.expr,
+                               "describe": selection.describe(), "matched": len(kept),
+                               "of": len(tests) if read else None,
+                               "sample": [t.test_id for t in tests[:SHOWN_TESTS]]}
+    if not read:
+        return kept, f"no JUnit tests to select ({selection.describe()}): the command's outcome stands"
+    if not kept:
+        shown = ", ".join(t.test_id for t in tests[:SHOWN_TESTS]) or "none"
+        return kept, f"{selection.describe()} matched none of its {len(tests)} tests (they include: {shown})"
+    return kept, ""
+
+
 def scratch_name(case_id: str, repeat: int, device: Device) -> str:
     safe = re.sub(r"[^A-Za-z0-9_.=,()+-]+", "_", case_id)[:160]
     return f"{safe}.r{repeat}.{str(device).replace(':', '')}"
 
 
-__all__ = ["Context", "Verdict", "judge", "run_case", "scratch_name"]
+__all__ = ["Context", "Verdict", "failure_text", "judge", "run_case", "scratch_name"]

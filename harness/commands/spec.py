@@ -12,8 +12,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-# Filled in when the case runs, per device and per run.
-RUNTIME = ("worktree", "device", "device_index", "junit", "out", "python")
+from harness.commands.selection import TestSelection
+
+# Filled in when the case runs, per device and per run.  ``casedir`` is the case file's own
+# directory, fixed whatever ref runs: where files that travel with the case live (a regression
+# test injected into a suite, a conftest), so they need not be written inside the YAML.
+RUNTIME = ("worktree", "casedir", "device", "device_index", "junit", "out", "python")
 
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 
@@ -74,6 +78,7 @@ class CommandSpec:
     cwd: str | None = None           # None: the ref's worktree, else the case file's directory
     base_dir: str = "."              # the case file's directory (absolute)
     pass_rule: PassRule = field(default_factory=PassRule)
+    tests: "TestSelection | None" = None   # --test / -k reaching its JUnit tests (harness.commands.selection)
 
     @property
     def shell(self) -> bool:
@@ -88,11 +93,15 @@ class CommandSpec:
         return shlex.join(self.command)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"command": self.command if self.shell else list(self.command), "cwd": self.cwd,
+        data = {"command": self.command if self.shell else list(self.command), "cwd": self.cwd,
                 "base_dir": self.base_dir, "pass": self.pass_rule.to_wire()}
+        if self.tests is not None:
+            data["tests"] = self.tests.to_wire()
+        return data
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> "CommandSpec":
         command = data["command"]
         return cls(command=command if isinstance(command, str) else tuple(command), cwd=data.get("cwd"),
-                   base_dir=data.get("base_dir", "."), pass_rule=PassRule(**data.get("pass", {})))
+                   base_dir=data.get("base_dir", "."), pass_rule=PassRule(**data.get("pass", {})),
+                   tests=TestSelection.from_wire(data.get("tests")))

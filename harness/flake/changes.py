@@ -45,6 +45,14 @@ def hunt_change(before: HuntSummary, after: HuntSummary, alpha: float = SIGNIFIC
     return HuntChange.NO_EVIDENCE, p
 
 
+def decide_text(runs_to_decide: int | None) -> str:
+    """What would decide a rate that moved without significance (``stats.runs_to_decide`` at the
+    observed rates): ``16 runs per ref would decide it (80% power at these rates)``."""
+    if runs_to_decide is None:
+        return f"more than {stats.MAX_DECIDE_RUNS} runs per ref would be needed to decide it at these rates"
+    return f"{runs_to_decide} runs per ref would decide it ({100 * stats.POWER:.0f}% power at these rates)"
+
+
 @dataclass(frozen=True)
 class Side:
     """One hunt's failures of a case."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from harness import stats
+from harness.commands.selection import deciding
 from harness.outcomes import Outcome, Result
 
 
@@ -209,9 +210,10 @@ def summarize_case(results: list[Result], conf: float = 0.95, target_rate: float
 
 def summarize_hunt(results: Iterable[Result], conf: float = 0.95,
                    target_rate: float | None = None) -> dict[str, HuntSummary]:
-    """Per case id, in first-seen order."""
+    """Per case id, in first-seen order; a command case with a selected set of tests (``--test``, or
+    ``-k`` reaching its tests) counts by those tests, not by its own status (``deciding``)."""
     by_case: dict[str, list[Result]] = {}
-    for r in results:
+    for r in deciding(results):
         by_case.setdefault(r.case_id, []).append(r)
     return {case_id: summarize_case(rs, conf, target_rate) for case_id, rs in by_case.items()}
 

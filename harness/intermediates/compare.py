@@ -36,6 +36,8 @@ class Verdict(str, enum.Enum):
     BAD = "bad"
     INHERITED = "inherited"       # bad, but an intermediate it consumes (dumped) is bad already
     MISSING = "missing"           # not dumped
+    REFUSED = "refused"           # dumped, but the ABI refused it (its problem line says why)
+    NOT_COMPARED = "not compared"  # dumped, but none of its rows is judged (every row padding)
 
     @property
     def good(self) -> bool:
@@ -91,7 +93,8 @@ def _measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exa
     g = golden.to(device)
     slack = None if exact is None else (exact.to(device=device, dtype=g.dtype) - g).abs()
     cmp = ratio_allclose(actual, g, atol=atol, rtol=rtol, max_error_ratio=max_error_ratio, name=item.name,
-                         axes=item.axes, rows=rows, slack=slack, atol_rms=atol_rms)
+                         axes=item.axes_for(actual.dim()), rows=rows, slack=slack,
+                         atol_rms=atol_rms)
     a, e = actual, g
     if rows is not None and not bool(rows.all()):
         keep = rows.to(device)
@@ -123,6 +126,7 @@ def _measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exa
     else:
         norms = ()
     metrics: dict[str, Any] = {
+        **scale_ratio(a, e),
         "cosine": _cosine(af, ef, *norms),
         "max_abs": cmp.max_abs_error,
         "max_rel": cmp.max_rel_error,
@@ -137,6 +141,39 @@ def _measure(item: Intermediate, actual: torch.Tensor, golden: torch.Tensor, exa
     note = f"{cmp.nonfinite_actual} NaN/Inf" if cmp.nonfinite_actual else ""
     return Measurement(item.name, cmp.passed, bit_exact, str(actual.dtype).removeprefix("torch."),
                        metrics, dict(cmp.localisation), note)
+
+
+# a uniform ratio this far from 1 (and this tight) is named as a scale error
+SCALE_FAR = 1.25
+SCALE_TIGHT = 1.05
+
+
+def scale_ratio(a: torch.Tensor, e: torch.Tensor) -> dict[str, float]:
+    """The median of actual / golden over the elements whose golden is not tiny, its p10 and p90,
+    and the median of each row (dim 0) at its least and most: a wrong scale shows a ratio far
+    from 1 that every row shares, which cosine (1.0) and the bad share (100%) do not say."""
+    if a.numel() == 0 or a.dim() == 0:
+        return {}
+    af, ef = a.to(torch.float64).reshape(a.shape[0], -1), e.to(torch.float64).reshape(e.shape[0], -1)
+    big = ef.abs() > 1e-3 * float(ef.abs().amax()) if ef.numel() else ef.bool()
+    big &= torch.isfinite(af) & torch.isfinite(ef)
+    if not bool(big.any()):
+        return {}
+    r = af[big] / ef[big]
+    p10, med, p90 = (float(x) for x in torch.quantile(r[:1 << 20], torch.tensor([0.1, 0.5, 0.9], dtype=r.dtype)))
+    rows = [float(torch.median(af[i][big[i]] / ef[i][big[i]])) for i in range(af.shape[0]) if bool(big[i].any())]
+    return {"ratio": med, "ratio_p10": p10, "ratio_p90": p90, "ratio_row_min": min(rows), "ratio_row_max": max(rows)}
+
+
+def scale_hint(name: str, m: Mapping[str, Any]) -> str:
+    """``q_norm is 5.66× the golden in every row: a scale or normalisation factor``, or ""."""
+    r = m.get("ratio")
+    if not isinstance(r, float) or r <= 0 or max(r, 1 / r) < SCALE_FAR:
+        return ""
+    lo, hi = min(m["ratio_p10"], m["ratio_row_min"]), max(m["ratio_p90"], m["ratio_row_max"])
+    if lo <= 0 or hi / lo > SCALE_TIGHT:
+        return ""
+    return f"{name} is {r:.3g}× the golden in every row: a scale or normalisation factor"
 
 
 @functools.lru_cache(maxsize=None)
@@ -157,15 +194,19 @@ def _cosine(a: torch.Tensor, e: torch.Tensor, na: float = math.nan, ne: float = 
     return float((a @ e) / (na * ne))
 
 
-def verdicts(items: Sequence[Intermediate], measured: Mapping[str, Measurement]) -> tuple[Row, ...]:
+def verdicts(items: Sequence[Intermediate], measured: Mapping[str, Measurement],
+             refused: Mapping[str, str] | None = None) -> tuple[Row, ...]:
     """One row per intermediate in dataflow order.  A failed comparison is ``bad``, or ``inherited``
-    when one of its direct upstream intermediates was dumped and is bad or inherited."""
+    when one of its direct upstream intermediates was dumped and is bad or inherited.  ``refused``:
+    the intermediates whose dump the ABI refused (as not dumped for what follows them)."""
     rows: list[Row] = []
     state: dict[str, Verdict] = {}
     for item in items:
         m = measured.get(item.name)
         if m is None:
-            verdict = Verdict.MISSING
+            verdict = Verdict.REFUSED if refused and item.name in refused else Verdict.MISSING
+        elif not m.metrics.get("numel", 1):
+            verdict = Verdict.NOT_COMPARED
         elif m.passed:
             verdict = Verdict.BIT_EXACT if m.bit_exact else Verdict.OK
         elif any(state.get(up) in (Verdict.BAD, Verdict.INHERITED) for up in item.upstream):
@@ -181,24 +222,36 @@ def first_bad(rows: Sequence[Row]) -> Row | None:
     return next((r for r in rows if r.verdict is Verdict.BAD), None)
 
 
-def headline(rows: Sequence[Row]) -> str:
+def headline(rows: Sequence[Row], outputs: bool = True) -> str:
     """``first bad intermediate k_rope (q_rope, v bit-exact; k_rope kv_head 0-1 bad in 100% rows)``, or
     where every dumped intermediate being right puts the error."""
-    dumped = [r for r in rows if r.verdict is not Verdict.MISSING]
+    refused = [r.name for r in rows if r.verdict is Verdict.REFUSED]
+    empty = [r.name for r in rows if r.verdict is Verdict.NOT_COMPARED]
+    unjudged = f"{_names(empty)} not compared (every row padding)" if empty else ""
+    dumped = [r for r in rows if r.verdict not in (Verdict.MISSING, Verdict.REFUSED, Verdict.NOT_COMPARED)]
     if not dumped:
-        return "no intermediate dumped"
+        why = "; ".join(x for x in (f"{_names(refused)} refused" if refused else "", unjudged) if x)
+        return f"no intermediate compared ({why})" if why else "no intermediate dumped"
     bad = first_bad(rows)
     exact = [r.name for r in dumped if r.verdict is Verdict.BIT_EXACT]
     ok = [r.name for r in dumped if r.verdict is Verdict.OK]
     before = "; ".join(part for part in (
-        f"{_names(exact)} bit-exact" if exact else "", f"{_names(ok)} ok" if ok else "") if part)
+        f"{_names(exact)} bit-exact" if exact else "", f"{_names(ok)} ok" if ok else "", unjudged) if part)
     if bad is None:
-        return (f"every dumped intermediate ok (last: {dumped[-1].name}): the error is after it "
-                f"(the store, the cast, the buffer written)")
+        said = f"every dumped intermediate ok (last: {dumped[-1].name}" + (f"; {unjudged})" if unjudged else ")")
+        # offline there are no outputs, so nothing to place an error after
+        return said if not outputs else (f"{said}: the error is after it (the store, the cast, "
+                                         f"the buffer written)")
     where = _where(bad)
+    scaled = scale_hint(bad.name, bad.measurement.metrics) if bad.measurement else ""
+    where = "; ".join(x for x in (where, f"hint: {scaled}" if scaled else "") if x)
     layer = f" in layer {bad.layer}" if bad.layer is not None else ""
     also = [r.name for r in rows if r.verdict is Verdict.BAD and r is not bad]
-    inside = "; ".join(part for part in (before, where, f"also bad: {_names(also)}" if also else "") if part)
+    # a refused dump upstream of the first bad one: the error may start there, unseen
+    unseen = [n for n in refused if rows.index(next(r for r in rows if r.name == n)) < rows.index(bad)]
+    inside = "; ".join(part for part in (before, where, f"also bad: {_names(also)}" if also else "",
+                                         f"{_names(unseen)} refused, so the error may start before it" if unseen
+                                         else "") if part)
     return f"first bad intermediate {bad.name}{layer}" + (f" ({inside})" if inside else "")
 
 

@@ -22,6 +22,9 @@ import torch
 
 ENV_VAR = "HARNESS_DUMP_DIR"
 SUFFIXES = (".pt", ".npy", ".bin")
+# Beside the dumps, optionally: which case and inputs made them ({"case_id", "inputs_digest"}: a
+# run's result carries both), so ``harness dumps`` can tell another case's dumps from this one's.
+PROVENANCE = "harness-case.json"
 MANIFEST = ".json"
 BIN_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
               "float64": torch.float64}
@@ -45,6 +48,8 @@ def entries(folder: Path) -> tuple[dict[str, Path], list[Problem]]:
     names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     for fname in names:
         path = folder / fname
+        if fname == PROVENANCE:
+            continue
         stem, suffix = os.path.splitext(fname)
         if suffix == MANIFEST:
             if stem + ".bin" not in names:
@@ -72,7 +77,13 @@ def read(path: Path, max_bytes: int) -> torch.Tensor | Problem:
 
 
 def _read_pt(path: Path) -> torch.Tensor | Problem:
-    t = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        t = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        # torch's own text advises weights_only=False, which runs any code a pickle holds: never
+        # repeated for a file of unknown origin; a dump is a plain tensor, which weights_only reads
+        return Problem(path.name, f"unreadable ({type(exc).__name__}): not a tensor torch.load(weights_only=True) "
+                                  f"reads; a .pt dump is one tensor saved with torch.save")
     if not isinstance(t, torch.Tensor):
         return Problem(path.name, f"holds a {type(t).__name__}, not a tensor")
     return t

@@ -4,6 +4,11 @@ The names and shapes are part of the kernel contract (docs/intermediates.md).  `
 ``B`` (decode) or ``T`` (prefill).  ``upstream`` of an intermediate are the intermediates it
 consumes directly: a bad intermediate is ``inherited`` when one of those was dumped and is
 bad (or inherited) itself.
+
+A spec op (docs/specs.md) declares its own: ``INTERMEDIATES`` in its module, names in dataflow
+order (``declared``).  Their shapes are whatever its golden dumps (``shape`` is empty: the
+golden's is the contract), they are localised along ``dim0``, ``dim1``, ... and compared with
+the case's tolerance.  The worker's collector and the offline command read either kind.
 """
 from __future__ import annotations
 
@@ -35,6 +40,12 @@ class Intermediate:
     shape: tuple[str, ...]          # symbols: rows, Hq, Hkv, D, H
     upstream: tuple[str, ...]       # the intermediates it consumes directly
     layer: int | None = None        # decode_layers: the layer it belongs to
+    tolerance: str | None = None    # a spec op's: the output whose tolerance it takes
+
+    @property
+    def declared(self) -> bool:
+        """A spec op's intermediate: its shape is its golden's (no symbols)."""
+        return not self.shape
 
     @property
     def base(self) -> str:
@@ -45,9 +56,13 @@ class Intermediate:
     def axes(self) -> tuple[str | None, ...]:
         return _AXES[self.shape]
 
+    def axes_for(self, ndim: int) -> tuple[str | None, ...]:
+        """The axes to localise a tensor of ``ndim`` dims by: the symbols' names, or ``dim0``, ..."""
+        return tuple(f"dim{i}" for i in range(ndim)) if self.declared else self.axes
+
     @property
     def tolerance_of(self) -> str:
-        return _TOLERANCE_OF[self.base]
+        return self.tolerance or _TOLERANCE_OF[self.base]
 
 
 def _flat(items) -> tuple[Intermediate, ...]:
@@ -86,6 +101,13 @@ def intermediates(op: str, num_layers: int = 0) -> tuple[Intermediate, ...]:
         last = (f"layers.{num_layers - 1}.hidden",) if num_layers else ()
         return per_layer + (Intermediate("final_norm", ("rows", "H"), last),)
     return _BY_OP.get(op, ())
+
+
+def declared(entries, tolerance: str) -> tuple[Intermediate, ...]:
+    """A spec op's intermediates from its case's ``spec["intermediates"]``: ``[name, upstream]``
+    pairs in dataflow order (``harness.worker.spec_check`` read them from ``INTERMEDIATES``);
+    ``tolerance``: the output whose tolerance they take."""
+    return tuple(Intermediate(str(name), (), tuple(up), None, tolerance) for name, up in entries)
 
 
 def tolerance_output(op: str, item: Intermediate) -> str:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-HEADER = ["intermediate", "verdict", "cosine", "max abs", "max rel", ">1/1000", ">5/1000", "bad", "where"]
+HEADER = ["intermediate", "verdict", "cosine", "ratio", "max abs", "max rel", ">1/1000", ">5/1000", "bad", "where"]
 LIMIT = 24
 
 
@@ -41,11 +41,19 @@ def rows(found: Mapping[str, Any], limit: int = LIMIT) -> tuple[list[list[str]],
 
 def _row(r: Mapping[str, Any]) -> list[str]:
     m = r.get("metrics") or {}
-    if r.get("verdict") == "missing":
-        return [str(r.get("name")), "missing"] + [""] * (len(HEADER) - 2)
-    return [str(r.get("name")), str(r.get("verdict")), _num(m.get("cosine"), ".6f"), _num(m.get("max_abs")),
+    if r.get("verdict") in ("missing", "refused", "not compared"):   # nothing measured
+        return [str(r.get("name")), str(r.get("verdict"))] + [""] * (len(HEADER) - 2)
+    return [str(r.get("name")), str(r.get("verdict")), _num(m.get("cosine"), ".6f"), ratio(m), _num(m.get("max_abs")),
             _num(m.get("max_rel")), _permille(m.get("over_0.001")), _permille(m.get("over_0.005")),
             _percent(m.get("bad_ratio")), where(m)]
+
+
+def ratio(m: Mapping[str, Any]) -> str:
+    """``20.3 (20.1-20.4)``: the median actual / golden and its p10-p90, or ``-``."""
+    r, lo, hi = m.get("ratio"), m.get("ratio_p10"), m.get("ratio_p90")
+    if not isinstance(r, (int, float)):
+        return "-"
+    return f"{r:.3g} ({lo:.3g}-{hi:.3g})" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else f"{r:.3g}"
 
 
 def where(m: Mapping[str, Any]) -> str:
@@ -86,7 +94,7 @@ def head_map(found: Mapping[str, Any], limit: int = 64) -> dict[str, Any] | None
     HTML figures draw (``harness/reports/heatmap.py``), or None when no dumped intermediate is bad
     or none is localised per head.  A KV head's ratio is drawn under each query head that reads it
     (query head ``h`` reads KV head ``h // (Hq / Hkv)``)."""
-    rows = [r for r in found.get("rows", ()) if isinstance(r, Mapping) and r.get("verdict") != "missing"]
+    rows = [r for r in found.get("rows", ()) if isinstance(r, Mapping) and r.get("verdict") not in ("missing", "refused")]
     per_head = []
     for r in rows:
         loc = (r.get("metrics") or {}).get("localisation") or {}

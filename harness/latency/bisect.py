@@ -19,6 +19,7 @@ from harness.case import Case
 from harness.refs import compare as refcompare
 from harness.refs.git import Commit
 from harness.refs.runner import RefRunner, RefSetup
+from harness.latency.statistics import ratio_text
 from harness.run.options import ResumeOptions
 from harness.store import Store
 
@@ -42,9 +43,7 @@ class Step:
         parts = []
         for row in self.rows:
             v = row["latency_verdict"]
-            parts.append(f"{row['case_id']} " + (v["error"] if "error" in v else
-                                                  f"{v['ratio']:.3f}x (95% CI {v['ci_low']:.3f}-{v['ci_high']:.3f}, "
-                                                  f"{v['rounds']} rounds) {v['verdict']}"))
+            parts.append(f"{row['case_id']} {ratio_text(v)}")
         return f"{self.commit.short} ({self.index + 1}/{n}) {self.verdict.value}: " + "; ".join(parts)
 
 
@@ -58,9 +57,17 @@ class SlowBisect:
     candidates: list[Commit] = field(default_factory=list)   # more than one: skips left a range
     why: str = ""                   # no answer: why (the bad commit is not slower, or unsure)
 
+    def culprit_rows(self) -> tuple[dict, ...]:
+        """The latency rows that made the first slow commit slow (its step against good); () when none."""
+        return next((s.rows for s in self.steps if self.first_slow is not None and s.commit.sha == self.first_slow.sha),
+                    ())
+
     def to_json(self) -> dict:
+        c = self.first_slow
         return {"good": self.good.sha, "threshold": self.threshold,
-                "first_slow": self.first_slow.sha if self.first_slow else None,
+                "first_slow": c.sha if c else None,
+                "culprit": {"sha": c.sha, "subject": c.subject, "author": c.author, "author_date": c.author_date,
+                            "latency": list(self.culprit_rows())} if c else None,
                 "candidates": [c.sha for c in self.candidates], "why": self.why,
                 "steps": [{"sha": s.commit.sha, "verdict": s.verdict.value, "compare": s.compare_id,
                            "latency": list(s.rows)} for s in self.steps]}
@@ -147,11 +154,14 @@ def bisect(runner: RefRunner, store: Store, how: Measure, good: Commit, commits:
 
 
 def conclusion_lines(state: SlowBisect) -> list[str]:
-    """git's wording: ``<sha> is the first bad commit`` and the commit, or the range skips left."""
+    """git's wording: ``<sha> is the first bad commit`` and the commit, or the range skips left;
+    a first slow commit is followed by its ratios against good, the figures that convicted it."""
     if state.first_slow is not None:
         c = state.first_slow
         return [f"{c.sha} is the first bad commit", f"commit {c.sha}", f"Author: {c.author}",
-                f"Date:   {c.author_date}", "", f"    {c.subject}"]
+                f"Date:   {c.author_date}", "", f"    {c.subject}", "",
+                *(f"{row['case_id']}: {ratio_text(row['latency_verdict'])} against good {state.good.short}"
+                  for row in state.culprit_rows())]
     if state.candidates:
         return ["There are only 'skip'ped commits left to test.", "The first bad commit could be any of:",
                 *(c.sha for c in state.candidates), "We cannot bisect more!"]

@@ -194,3 +194,10 @@ def compare(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOL
         why = f"the 95% CI straddles {1 + threshold:.2f}x or {1 / (1 + threshold):.3f}x"
     return Comparison(baseline.name, candidate.name, stats.median(a), stats.median(b), ratio, lo, hi, verdict,
                       threshold, rounds, (len(a), len(b)), why)
+
+
+def ratio_text(v: dict) -> str:
+    """``1.670x (95% CI 1.366-1.777, 6 rounds) SLOWER`` of one latency verdict (or its error)."""
+    if "error" in v:
+        return v["error"]
+    return f"{v['ratio']:.3f}x (95% CI {v['ci_low']:.3f}-{v['ci_high']:.3f}, {v['rounds']} rounds) {v['verdict']}"

@@ -19,15 +19,18 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Callable
 
+from harness import stats
 from harness.case import Case
+from harness.commands.runner import failure_text
 from harness.errors import UsageError
-from harness.flake.changes import SIGNIFICANCE, HuntChange, hunt_change
+from harness.flake.changes import SIGNIFICANCE, HuntChange, decide_text, hunt_change
 from harness.flake.hunt import HuntOptions, plan
 from harness.flake.summary import HuntSummary, summarize_case
 from harness.latency.across import latency_rows, undecided
 from harness.latency.statistics import MIN_ROUNDS
 from harness.outcome_table import Column, tabulate
-from harness.outcomes import Result
+from harness.commands.selection import deciding
+from harness.outcomes import Outcome, Result
 from harness.provenance import run_provenance
 from harness.refs.git import Commit
 from harness.refs.runner import PreparedRef, RefRunner, RefSetup
@@ -96,19 +99,29 @@ class CompareRow:
     flake: dict[str, HuntSummary]
     verdict: RefVerdict | None
     p_value: float
+    runs_to_decide: int | None = None    # flaky: runs per ref for 80% power at the observed rates (None: > the cap)
+    failure: str | None = None           # a command failing on every run of every ref: what it printed
+
+    @property
+    def changed(self) -> bool:
+        """Not ``unchanged``: what ``compare --changed`` shows (every row with one ref)."""
+        return self.verdict not in (RefVerdict.UNCHANGED_CLEAN, RefVerdict.UNCHANGED_FAILING)
 
     def to_json(self) -> dict:
         """A row of a compare document's ``compare`` list (docs/json-schema.md)."""
         return {"case_id": self.case_id, "matrix": self.matrix, "cells": dict(self.cells),
                 "flake": {name: s.to_json() for name, s in self.flake.items()},
-                "verdict": self.verdict.describe() if self.verdict else "", "p_value": self.p_value}
+                "verdict": self.verdict.describe() if self.verdict else "", "p_value": self.p_value,
+                "runs_to_decide": self.runs_to_decide, "failure": self.failure}
 
 
 def table(results: list[Result], ref_names: list[str]) -> list[CompareRow]:
     """One row per case id (in first-seen order): cells and flake summaries per ref, and the verdict.
 
     A cell counts the labels of the runs that were not skipped (``5/5 PASS``, ``0/5 PASS, 5/5
-    FAIL_507018``; ``2 skipped`` when none ran, ``-`` when the case did not run on that ref)."""
+    FAIL_507018``; ``2 skipped`` when none ran, ``-`` when the case did not run on that ref).  A command
+    case with a selected set of tests is judged by those tests only (``deciding``): no row of its own."""
+    results = deciding(results)
     grid = {row.case_id: row for row in tabulate(results, [Column(name, name) for name in ref_names]).rows}
     by_case: dict[str, dict[str, list[Result]]] = {}
     for r in results:
@@ -119,8 +132,22 @@ def table(results: list[Result], ref_names: list[str]) -> list[CompareRow]:
         verdict, p = (ref_verdict(summaries[ref_names[0]], summaries[ref_names[-1]]) if len(ref_names) > 1
                       else (None, 1.0))
         cells = {name: grid[case_id].cell(name).ran_text for name in ref_names}
-        rows.append(CompareRow(case_id, next(iter(per_ref.values()))[0].matrix, cells, summaries, verdict, p))
+        decide = None
+        if verdict is RefVerdict.FLAKY:
+            before, after = summaries[ref_names[0]], summaries[ref_names[-1]]
+            decide = stats.runs_to_decide(before.failures / before.total, after.failures / after.total, SIGNIFICANCE)
+        rows.append(CompareRow(case_id, next(iter(per_ref.values()))[0].matrix, cells, summaries, verdict, p,
+                               decide, _failing_everywhere(per_ref, ref_names)))
     return rows
+
+
+def _failing_everywhere(per_ref: dict[str, list[Result]], ref_names: list[str]) -> str | None:
+    """What a command case printed when every run on every ref failed (``failure_text``; the first
+    ref's first run): the table says only ``5/5 FAILED``, the text says why."""
+    ran = [r for name in ref_names for r in per_ref.get(name, []) if r.outcome is not Outcome.SKIPPED]
+    if not ran or not all(r.outcome.failed for r in ran) or any(not per_ref.get(name) for name in ref_names):
+        return None
+    return next((text for r in ran if (text := failure_text(r)) is not None), None)
 
 
 def verdict_detail(row: CompareRow, ref_names: list[str]) -> str:
@@ -134,8 +161,9 @@ def verdict_detail(row: CompareRow, ref_names: list[str]) -> str:
         return f"{100 * s.rate:.0f}% (95% CI {100 * lo:.0f}-{100 * hi:.0f}%)"
     first, last = ref_names[0], ref_names[-1]
     word = row.verdict.describe() if row.verdict else ""
+    decide = decide_text(row.runs_to_decide) if row.verdict is RefVerdict.FLAKY else ""
     return (f"{word}: {first} {rate(row.flake[first])} -> {last} {rate(row.flake[last])}, "
-            f"Fisher p = {row.p_value:.3g}")
+            f"Fisher p = {row.p_value:.3g}" + (f"; {decide}" if decide else ""))
 
 
 # -- running a compare ------------------------------------------------------------

@@ -62,6 +62,10 @@ def delta_line(doc: dict) -> str | None:
     return f"head_perturbed scaled one head by 1 + delta, per op the smallest delta the sensitivity search saw detected: {per_op}"
 
 
+# harness/audit/coverage.py: the conditions are the builtin ops' own
+NO_CONDITIONS = "no boundary condition applies (they are the builtin ops' slots, pages and lengths; spec ops only)"
+
+
 def _score_line(doc: dict) -> str:
     return f"score {pct(doc['score'])}: {doc['killed']} of {doc['applicable']} applicable mutants killed"
 
@@ -80,7 +84,7 @@ def render_text(doc: dict) -> str:
         lines.append(delta_line(doc))
     missed = [c for c in doc["coverage"] if not c["covered"]]
     lines.append(f"coverage: {sum(c['covered'] for c in doc['coverage'])} of {len(doc['coverage'])} "
-                 f"boundary conditions exercised")
+                 f"boundary conditions exercised" if doc["coverage"] else f"coverage: {NO_CONDITIONS}")
     for c in missed:
         lines.append(f"  missed   {c['name']}: {c['description']}")
     for x in doc.get("sensitivity") or ():
@@ -107,8 +111,12 @@ def render_markdown(doc: dict) -> str:
                 + ", ".join(f"`{m['name']}`" for m in _inapplicable(doc))]
     if delta_line(doc):
         out += ["", delta_line(doc)]
-    out += ["", "### Coverage", "", "| boundary condition | cases |", "|---|---|"]
-    out += [f"| {c['description']} | {len(c['cases']) or '**missed**'} |" for c in doc["coverage"]]
+    out += ["", "### Coverage", ""]
+    if doc["coverage"]:
+        out += ["| boundary condition | cases |", "|---|---|"]
+        out += [f"| {c['description']} | {len(c['cases']) or '**missed**'} |" for c in doc["coverage"]]
+    else:
+        out.append(NO_CONDITIONS[0].upper() + NO_CONDITIONS[1:] + ".")
     if doc.get("sensitivity"):
         out += ["", "### Sensitivity", ""] + [f"- {x['text']}" for x in doc["sensitivity"]]
     width = max((len(name) for name, _ in kill_matrix(doc)), default=0)

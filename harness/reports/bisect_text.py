@@ -37,6 +37,43 @@ def also_seen_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+SHOWN = 8         # test ids listed per line
+
+
+def tests_text(ids: list[str], shown: int = SHOWN) -> str:
+    """``a, b, c (and 4 more)``; ``none`` for an empty list."""
+    if not ids:
+        return "none"
+    more = f" (and {len(ids) - shown} more)" if len(ids) > shown else ""
+    return ", ".join(ids[:shown]) + more
+
+
+def failing_lines(report: dict[str, Any]) -> list[str]:
+    """What failed at the culprit and at bad, and a warning when that differs: a suite bisect whose
+    culprit breaks other tests than bad fails has likely found another regression than the one meant."""
+    failing = report.get("failing")
+    if not failing:
+        return []
+    lines = []
+    for where in ("culprit", "bad"):
+        ids = failing.get(where)
+        lines.append(f"failing at {where}: {'(not run there)' if ids is None else tests_text(ids)}")
+    culprit_only, bad_only = failing.get("culprit_only"), failing.get("bad_only")
+    if culprit_only is None or bad_only is None:
+        return lines
+    if culprit_only and bad_only:
+        head = "the culprit fails tests that bad does not, and the other way round"
+    elif culprit_only:
+        head = "the culprit fails tests that bad does not"
+    else:
+        head = "bad fails tests that the culprit does not"
+    parts = ([f"only at the culprit: {tests_text(culprit_only)}"] if culprit_only else []) + \
+            ([f"only at bad: {tests_text(bad_only)}"] if bad_only else [])
+    lines.append(f"warning: {head}: {'; '.join(parts)}; this may be another regression than the one you "
+                 f"track: bisect it with --test NODEID")
+    return lines
+
+
 def render_bisect(state: BisectState, report: dict[str, Any], *, started: float | None = None,
                   finished: float | None = None) -> list[str]:
     """The lines printed at the end of a bisect (and on ``--resume`` of a finished one); ``started``
@@ -50,6 +87,9 @@ def render_bisect(state: BisectState, report: dict[str, Any], *, started: float 
         lines.append(f"first bad commit: {c['sha']} {c['subject']}")
         lines.append(f"  author date {c['author_date']}; posterior {100 * report['probability']:.2f}% "
                      f"after {report['runs']} runs; signature {sig}")
+        if report.get("deterministic") is not None:
+            lines.append(f"  deterministic: every run at a bad commit showed {sig}; every earlier culprit is ruled "
+                         f"out whatever p is (likelihood ratio {report['deterministic']:.2g})")
     elif conclusion == Conclusion.SKIPPED_RANGE.value:
         first, last = report["range"]
         lines.append(f"the first bad commit is one of {first[:12]}..{last[:12]} (untestable commits before a bad "
@@ -63,11 +103,18 @@ def render_bisect(state: BisectState, report: dict[str, Any], *, started: float 
     else:
         best = f"; most likely {report['range'][0][:12]}" if report["range"] else ""
         lines.append(f"undecided after {report['runs']} runs (best {100 * report['probability']:.1f}%{best})")
+    lines += ["  " + line for line in failing_lines(report)]
+    failure = report.get("failure")
+    if failure:             # a command's FAILED says nothing of why: what it printed does
+        lines.append(f"  {failure['label']} of {failure['case_id']} at {failure['ref']}; it printed:")
+        lines += [f"    {line}" for line in failure["text"].splitlines()]
     lines += ["  " + line for line in also_seen_lines(report)]
     p = report["p"]
     if p["sightings"]:
         lines.append(f"  reproduction probability p ~ {p['mean']:.2f} ({100 * p['level']:.0f}% interval "
-                     f"{p['low']:.2f}-{p['high']:.2f}, {p['sightings']} sightings)")
+                     f"{p['low']:.2f}-{p['high']:.2f}, {p['sightings']} sightings"
+                     + (f"; prior {p['prior_sightings']:g} of {p['prior_runs']:g} earlier runs" if p.get("prior_runs")
+                        else "") + ")")
     if started is not None and finished is not None:
         lines.append(f"  started {_utc(started)}, finished {_utc(finished)} ({_span(started, finished)})")
     lines.append("  commit        runs  seen  posterior  subject")

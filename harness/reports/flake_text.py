@@ -74,3 +74,16 @@ def change_line(row: CaseChange) -> str:
         return f"{x.failures}/{x.runs} failed ({pct(x.rate)})"
     return (f"{row.case_id}: {side(row.before)} -> {side(row.after)}; Fisher exact p = "
             f"{row.p_value:.3g}: {row.change.describe()}")
+
+
+def changes_markdown(before: str, after: str, rows: list[CaseChange]) -> str:
+    """``flake --compare --markdown``: the same rows as a table for a PR comment."""
+    from harness.reports.markdown import escape
+
+    def side(x: Side) -> str:
+        return f"{x.failures}/{x.runs} failed ({pct(x.rate)})"
+    lines = ["## Harness flake compare", "", f"before `{escape(before)}`, after `{escape(after)}`", "",
+             "| case | before | after | Fisher exact p | change |", "|---|---|---|---:|---|"]
+    lines += [f"| {escape(r.case_id)} | {escape(side(r.before))} | {escape(side(r.after))} | {r.p_value:.3g} | "
+              f"{escape(r.change.describe())} |" for r in rows]
+    return "\n".join(lines) + "\n"

@@ -6,7 +6,7 @@ One ``<testsuite>`` per matrix, one ``<testcase>`` per result:
   `` on DEVICE`` when it ran on several devices, `` @REF`` when the document
   compares refs; ``classname``: the matrix; ``time``: ``duration_s``.
 * a failing outcome is a ``<failure>`` (``HARNESS_ERROR``, the harness itself
-  broken, an ``<error>``) whose ``type`` is the display label
+  broken, and ``ENV_ERROR``, the machine or cluster, are an ``<error>``: the case was not judged) whose ``type`` is the display label
   (``FAIL_507018``, ``MISMATCH``, ``HANG``), ``message`` the one-line summary
   and text the comparison report plus the tail of the case's log;
   ``SKIPPED`` is a ``<skipped>`` with the reason.
@@ -172,7 +172,8 @@ def build_junit(doc: Mapping[str, Any]) -> JUnitXml:
         if r.outcome is Outcome.SKIPPED:
             case.result = [Skipped(_one_line(r.summary or "skipped"))]
         elif r.outcome.failed and (roles is None or roles.fails(r)):
-            kind = Error if r.outcome is Outcome.HARNESS_ERROR else Failure
+            # the case could not be judged (the harness or the environment broke): an error, not a failure
+            kind = Error if r.outcome in (Outcome.HARNESS_ERROR, Outcome.ENV_ERROR) else Failure
             element = kind(_one_line(r.summary or r.label), r.label)
             element.text = _details(r)
             case.result = [element]

@@ -25,7 +25,9 @@ from typing import Any, Mapping
 
 from harness.formats import blocking_rerun_text, device_log_text, inputs_text
 from harness.logs import clean_text, log_tail
+from harness.latency.statistics import ratio_text
 from harness.reports.latency_text import markdown_table
+from harness.flake.changes import decide_text
 from harness.outcome_table import label_counts
 from harness.intermediates import table as intermediates_table
 from harness.reports.document import (
@@ -123,7 +125,19 @@ def _latency(doc: Mapping[str, Any]) -> list[str]:
 def _verdict(row: Mapping[str, Any] | None) -> str:
     if not row or not row.get("verdict"):
         return ""
-    return escape(f"{row['verdict']} (Fisher p = {row.get('p_value', 1.0):.3g})")
+    decide = decide_text(row.get("runs_to_decide")) if row["verdict"] == "flaky" else ""
+    return escape(f"{row['verdict']} (Fisher p = {row.get('p_value', 1.0):.3g}" + (f"; {decide})" if decide else ")"))
+
+
+def _failing_everywhere(doc: Mapping[str, Any]) -> list[str]:
+    """A compare's command cases that failed on every run of every ref, with what they printed."""
+    rows = [row for row in doc.get("compare") or [] if row.get("failure")]
+    if not rows:
+        return []
+    lines = ["", "### Failing on every ref", ""]
+    for row in rows:
+        lines += [f"**{escape(row['case_id'])}** printed:", "", fenced(row["failure"]), ""]
+    return lines
 
 
 def _bisect(doc: Mapping[str, Any]) -> list[str]:
@@ -139,6 +153,13 @@ def _bisect(doc: Mapping[str, Any]) -> list[str]:
     else:
         lines.append(f"**{escape(report['verdict'])}** after {report['runs']} runs "
                      f"(best {100 * report['probability']:.1f}%)")
+    from harness.reports.bisect_text import failing_lines
+    for line in failing_lines(report):              # the tests failing at the culprit and at bad, the warning
+        lines += ["", escape(line)]
+    failure = report.get("failure")
+    if failure:         # a command's FAILED says nothing of why: what it printed does
+        lines += ["", f"{escape(failure['label'])} of {escape(failure['case_id'])} at `{escape(failure['ref'])}` "
+                      f"printed:", "", fenced(failure["text"])]
     for seen in report.get("also_seen") or []:      # failures other than the signature: a finding
         where = "..".join(dict.fromkeys((seen["first"][:12], seen["last"][:12])))
         before = (f"; before the first bad commit too (`{'..'.join(dict.fromkeys(s[:12] for s in seen['before']))}`):"
@@ -155,6 +176,34 @@ def _bisect(doc: Mapping[str, Any]) -> list[str]:
             for t in report.get("tally", []) if t["runs"] or t["skipped"]]
     if rows:
         lines += [""] + _table(["commit", "runs", "sightings", "posterior", "subject"], rows)
+    return lines
+
+
+def _slower_than(doc: Mapping[str, Any]) -> list[str]:
+    """A perf bisect (``bisect --slower-than``): the first slow commit with its ratios against good,
+    the range skips left or why there is none, and each step's verdict."""
+    found = doc.get("slower_than")
+    if not found:
+        return []
+    lines = ["", "### Latency bisect", ""]
+    culprit = found.get("culprit")
+    threshold = f"slower than good `{escape(str(found['good'])[:12])}` by more than {100 * found['threshold']:g}%"
+    if culprit:
+        lines += [f"**First slow commit**: `{escape(culprit['sha'][:12])}` {escape(culprit['subject'])} "
+                  f"({escape(culprit['author_date'])}), {threshold}", "",
+                  markdown_table(culprit["latency"], escape).rstrip("\n")]
+    elif found.get("first_slow"):           # stored before the culprit was recorded with its ratios
+        lines.append(f"**First slow commit**: `{escape(found['first_slow'][:12])}`, {threshold}")
+    elif found.get("candidates"):
+        lines.append(f"**The first slow commit is one of** "
+                     f"{', '.join(f'`{escape(sha[:12])}`' for sha in found['candidates'])} ({escape(found['why'])})")
+    else:
+        lines.append(f"**No first slow commit**: {escape(found.get('why') or '')}")
+    steps = [[f"`{escape(step['sha'][:12])}`", escape(step["verdict"]),
+              escape("; ".join(f"{row['case_id']} {ratio_text(row['latency_verdict'])}" for row in step["latency"]))]
+             for step in found.get("steps", [])]
+    if steps:
+        lines += ["", "Steps, in the order they ran:", ""] + _table(["commit", "step", "against good"], steps)
     return lines
 
 
@@ -267,8 +316,10 @@ def render_markdown(doc: Mapping[str, Any], *, max_chars: int = MAX_CHARS) -> st
     """The document as Markdown (see the module docstring); at most ``max_chars`` characters."""
     results = results_of(doc)
     head = _header(doc, results) + [""] + _counts(results)
-    # a bisect's steps would make one column per commit: its tally table says it better
-    body = _bisect(doc) + _latency(doc) + ([] if doc.get("bisect") else _matrices(doc)) + _flake(doc) + _warnings(results)
+    # a bisect's steps would make one column per commit: its tally (or steps) table says it better
+    body = (_bisect(doc) + _slower_than(doc) + _latency(doc)
+            + ([] if doc.get("bisect") or doc.get("slower_than") else _matrices(doc)) + _failing_everywhere(doc)
+            + _flake(doc) + _warnings(results))
     text = "\n".join(head + body)
     note = "\n\n_Tables cut here to fit a comment; the JSON, JUnit and HTML reports have everything._"
     if len(text) > max_chars:

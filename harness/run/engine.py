@@ -22,6 +22,7 @@ from harness.commands.runner import Context as CommandContext, run_case as run_c
 from harness.devices import Device, Memory, accelerator_memory, host_memory
 from harness.memory_plan import fit_problem, plan
 from harness.outcomes import Outcome, Result
+from harness.processes import sweep
 from harness.run.golden_process import GoldenProcess
 from harness.run.pool import DeviceLost, DeviceWorker, WorkerOptions, case_fields, log_name, worker_env
 
@@ -67,12 +68,18 @@ class Engine:
         self._accelerators_lock = threading.Lock()
         self._host: tuple[float, Memory | None] | None = None
         self._commands = Sessions()          # command cases running now (harness.commands)
+        self.warnings: list[str] = []        # what the run-end sweep killed (harness.processes.sweep)
 
     def close(self) -> None:
         self._commands.kill_all()            # an interrupted run leaves no command running
         for w in self.workers:
             w.close()
         self.goldens.close()
+        # nothing with the run's marker outlives the run, whatever a kernel did to its own process
+        killed = sweep()
+        if killed:
+            self.warnings.append(f"at the end of the run, {len(killed)} process(es) with this run's marker were still "
+                                 f"running outside its workers (killed): {', '.join(killed)}")
         if self._baselines is not None:   # bit-exact copies of every buffer: can be large, and only this run's
             shutil.rmtree(self._baselines, ignore_errors=True)
             self._baselines = None

@@ -40,24 +40,31 @@ from multiprocessing.connection import Connection
 
 from harness import trace
 from harness.case import Case
+from harness.processes import marker_env, own, starting
 from harness.run.pool import (STARTUP_ATTEMPTS, ForkedProc, WorkerOptions, WorkerProcess, WorkerStartError,
-                              open_pidfd, source_root, spawner, zygote)
+                              expand_kernel_paths, fork_from_zygote, open_pidfd, source_root, spawner)
 from harness.worker import protocol
 
+SPEC_PATH_VAR = "HARNESS_SPEC_PATH"
 GOLDEN_TIMEOUT_S = 600.0      # the least a golden gets (a qwen3-14b decode_layers golden takes minutes)
 _NAME = "golden"
 
 
 def golden_env(options: WorkerOptions) -> dict[str, str]:
-    """The run's environment without the kernels: no ``--kernel-path``, no case ``env:``."""
+    """The run's environment without the kernels: no ``--kernel-path`` on ``PYTHONPATH``, no case
+    ``env:``; the kernel paths in ``HARNESS_SPEC_PATH``, for spec modules only (docs/specs.md)."""
     env = dict(options.base_env)
     paths = [*filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     if source_root():
         paths.append(source_root())
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    # a spec op's golden is user code found on --kernel-path: put on sys.path only when a spec
+    # module is imported (harness/worker/spec_module.py), never for a builtin op's golden
+    env[SPEC_PATH_VAR] = os.pathsep.join(expand_kernel_paths(options.kernel_paths, options.worktree))
     if options.golden_device == "cpu":
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"   # no device runtime in a process that uses none
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(marker_env())      # found at run end like every process the harness starts
     return env
 
 
@@ -98,19 +105,15 @@ class GoldenProcess:
         env = golden_env(self.options)
         if self.fork:
             from harness.worker.golden_serve import forked_main
-            ctx = zygote(self.options.log_dir)
-            parent_conn, child_conn = ctx.Pipe()
-            process = ctx.Process(target=forked_main, name="harness-golden",
-                                  args=(child_conn, self.cache_dir(), env, str(log_path), os.getpid()))
-            process.start()
-            child_conn.close()
+            process, parent_conn = fork_from_zygote(self.options.log_dir, forked_main, "harness-golden",
+                                                    (self.cache_dir(), env, str(log_path), os.getpid()))
             forked = ForkedProc(process)
             started = WorkerProcess(forked, parent_conn, (), log_path, _NAME, forked.sentinel)
             how = "forked from the zygote"
         else:
             parent_sock, child_sock = socket.socketpair()
             try:
-                with open(log_path, "ab") as log_file:
+                with open(log_path, "ab") as log_file, starting():
                     proc = spawner().submit(
                         subprocess.Popen,
                         [sys.executable, "-m", "harness.worker.golden_serve", "--fd", str(child_sock.fileno()),
@@ -119,6 +122,7 @@ class GoldenProcess:
                         pass_fds=(child_sock.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=log_file,
                         stderr=subprocess.STDOUT, start_new_session=True,
                     ).result()
+                    own(proc.pid)
             finally:
                 child_sock.close()
             pidfd = open_pidfd(proc.pid)
@@ -230,6 +234,8 @@ class GoldenProcess:
                         if (reply.case_id, reply.nonce) == (case.case_id, request.nonce):
                             return reply
                         why = f"a golden reply for another request ({reply.case_id!r})"
+                    elif current.halted:
+                        why = "the golden process was stopped (SIGSTOP)"
                     elif current.proc.poll() is None:
                         why = f"no golden within {timeout_s:g}s"
                         trace.log.debug("golden process pid %d: replacing it: %s", current.proc.pid, why)

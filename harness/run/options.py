@@ -28,7 +28,7 @@ from harness.devices import Device, DeviceError, parse_device
 from harness.errors import UsageError
 from harness.formats import one_line
 from harness.logs import LOG_CAP_BYTES
-from harness.path_kinds import require_directory
+from harness.path_kinds import refuse_special_path, require_directory
 from harness.registry import BUILTINS, is_kernel_name
 from harness.run.engine import RunOptions
 from harness.run.pool import WorkerOptions, worker_env
@@ -83,7 +83,10 @@ def foreign_checkout_state(cwd: Path | None = None) -> Path | None:
 def default_store() -> Path:
     """``reports/results.sqlite``, or in a foreign checkout its state directory's (``foreign_checkout_state``)."""
     state = foreign_checkout_state()
-    return DEFAULT_STORE if state is None else state / "results.sqlite"
+    if state is None:
+        return DEFAULT_STORE
+    state.mkdir(parents=True, exist_ok=True)    # our own cache directory, made when a run first needs it
+    return state / "results.sqlite"
 
 
 def default_log_root() -> Path:
@@ -114,6 +117,7 @@ class Settings:
     blocking_rerun: bool = True             # re-run a device fault launch-blocking, once
     log_dir_flag: str = "--log-dir"         # the flag that names log_dir, for a refusal (pytest: --harness-log-dir)
     intermediates: str = "on-failure"       # off | on-failure | always (docs/intermediates.md)
+    isolation: str = "warm"                 # warm: one worker for many cases; case: a fresh worker per case
 
 
 def golden_cache(flag: str | None, disabled: bool) -> str | None:
@@ -122,8 +126,14 @@ def golden_cache(flag: str | None, disabled: bool) -> str | None:
 
 
 def kernel_paths(flags) -> tuple[str, ...]:
-    """``--kernel-path`` values as absolute paths (stored with a run, so ``--resume`` finds them)."""
-    return tuple(str(Path(p).resolve()) for p in flags)
+    """``--kernel-path`` values as absolute paths (stored with a run, so ``--resume`` finds them);
+    one starting with ``{worktree}`` is kept as written: each ref's worktree replaces it
+    (``pool.expand_kernel_paths``).  A FIFO, socket, device or symlink loop: ``UsageError`` (a FIFO on the
+    workers' PYTHONPATH would hang their first import)."""
+    for p in flags:
+        if not p.startswith("{worktree}"):
+            refuse_special_path(p, "--kernel-path")
+    return tuple(p if p.startswith("{worktree}") else str(Path(p).resolve()) for p in flags)
 
 
 def store_path(flag: str | None, env: Mapping[str, str] = os.environ, default: Path | None = None) -> str:
@@ -136,7 +146,7 @@ def new_log_name() -> str:
     directory) once shared ``reports/logs/<second>`` and overwrote each other's logs.  The pid
     separates runs on one host, the random part runs on hosts that share the directory."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{os.getpid()}-{secrets.token_hex(2)}"
+    return f"{stamp}-{os.getpid()}-{secrets.token_hex(4)}"   # 2 bytes: 50 names in one second collided 2% of the time
 
 
 def run_options(settings: Settings) -> RunOptions:
@@ -156,12 +166,15 @@ def run_options(settings: Settings) -> RunOptions:
     require_directory(log_dir, settings.log_dir_flag if settings.log_dir else "log directory")
     if cache:
         require_directory(cache, "--golden-cache" if settings.golden_cache else "golden cache directory")
+    for rules in settings.rules:        # the pytest plugin's --harness-rules too: a FIFO would hang the read
+        refuse_special_path(rules, "--rules")
     worker = WorkerOptions(log_dir=log_dir, golden_cache=cache, golden_dtype=settings.golden_dtype,
                            golden_device=settings.golden_device,
                            kernel_paths=kernel_paths(settings.kernel_paths),
                            rules=default_rules(extra=[Path(p) for p in settings.rules]),
                            max_log_bytes=settings.max_log_bytes, device_logs=settings.device_logs,
-                           blocking_rerun=settings.blocking_rerun, intermediates=settings.intermediates)
+                           blocking_rerun=settings.blocking_rerun, intermediates=settings.intermediates,
+                           isolation=settings.isolation)
     return RunOptions(devices=list(settings.devices), worker=worker, run_device_tier_on_cpu=settings.tier == "all",
                       exitfirst=settings.exitfirst)
 
@@ -273,13 +286,16 @@ def check_kernel_name(kernel: str) -> None:
 
 
 def kernel_states(kernel: str, ops: Sequence[str], paths: Sequence[str] = (),
-                  base_env: Mapping[str, str] | None = None) -> dict[str, KernelState]:
+                  base_env: Mapping[str, str] | None = None,
+                  arg_names: Mapping[str, Sequence[str]] | None = None) -> dict[str, KernelState]:
     """Import ``kernel`` for each op and bind the op's arguments, in a fresh interpreter with the
     workers' PYTHONPATH (``paths`` = ``--kernel-path``): the code under test never loads here."""
     check_kernel_name(kernel)
     options = WorkerOptions(log_dir=Path("."), kernel_paths=kernel_paths(paths),
                             **({"base_env": dict(base_env)} if base_env is not None else {}))
-    command = [sys.executable, "-m", "harness.worker.kernel_check", kernel, *ops]
+    named = arg_names or {}        # spec ops: their argument names (harness/worker/kernel_check.py)
+    command = [sys.executable, "-m", "harness.worker.kernel_check", kernel,
+               *(f"{op}={','.join(named[op])}" if op in named else op for op in ops)]
     try:
         done = subprocess.run(command, env=worker_env(options, {}), capture_output=True, text=True,
                               timeout=KERNEL_CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL)

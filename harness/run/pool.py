@@ -17,6 +17,7 @@ asked before the case is sent; the worker only reads the file it names.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import multiprocessing
@@ -43,7 +44,8 @@ from harness.devices import VISIBLE_ENV, Device, pinning_env
 from harness.errors import HarnessError
 from harness.logs import LOG_CAP_BYTES, cap_log
 from harness.outcomes import Outcome, Result
-from harness.processes import TERM_GRACE_S, helper_output, kill_group, kill_tree, terminate
+from harness.processes import (TERM_GRACE_S, disown, helper_output, kill_group, kill_tree, marker_env, own,
+                                process_state, starting, sweep, terminate)
 from harness.worker import protocol
 
 
@@ -65,6 +67,8 @@ STARTUP_ATTEMPTS = 3
 _STACK_DUMP_GRACE_S = 0.5
 _MESSAGE_S = 10.0           # a message whose first byte arrived is whole within this, or it is not one
 _DEATH_POLL_S = 0.1         # where a process has no sentinel to wait on
+_STOP_POLL_S = 0.5          # how often a waited-for process is checked for being stopped (SIGSTOP)
+_STATUS_GRACE_S = 0.5       # how long the forkserver gets to report a forked process's status once it ended
 
 
 # OpenMP threads that spin while they wait for work: with the front end, the golden process,
@@ -91,6 +95,36 @@ class WorkerOptions:
     base_env: dict[str, str] = field(default_factory=lambda: {**THREADING_ENV, **os.environ})
     worktree: str | None = None          # the ref's worktree (compare, bisect): a command case's {worktree} and cwd
     intermediates: str = "on-failure"    # off | on-failure | always (docs/intermediates.md)
+    isolation: str = "warm"              # warm | case: a fresh worker for every case (ISOLATION_MODES)
+
+
+# warm: cases share a worker, and hygiene (harness.worker.hygiene) finds and undoes what a kernel leaves;
+# case: every case gets a worker no kernel ran in (forked from the pristine zygote, or spawned), so what a
+# kernel does to its process cannot reach the next case whether or not hygiene sees it.
+ISOLATION_MODES = ("warm", "case")
+
+
+WORKTREE = "{worktree}"
+
+
+@functools.lru_cache(maxsize=None)
+def checkout_top(where: str) -> str | None:
+    """The top of the git checkout ``where`` is in (None outside one)."""
+    try:
+        done = subprocess.run(["git", "-C", where, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def expand_kernel_paths(paths: tuple[str, ...], worktree: str | None) -> tuple[str, ...]:
+    """``--kernel-path {worktree}/python``: the ref's worktree (compare, bisect, flake --ref), or
+    without a ref the top of the checkout the current directory is in (docs/refs.md)."""
+    if not any(WORKTREE in p for p in paths):
+        return paths
+    top = worktree or checkout_top(os.getcwd()) or os.getcwd()
+    return tuple(p.replace(WORKTREE, top) for p in paths)
 
 
 def worker_env(options: WorkerOptions, case_env: dict[str, str], device: Device | None = None) -> dict[str, str]:
@@ -98,7 +132,8 @@ def worker_env(options: WorkerOptions, case_env: dict[str, str], device: Device 
     visible (``devices.pinning_env``, unless the case names the visible devices itself), then the
     case's own variables."""
     env = dict(options.base_env)
-    paths = [*options.kernel_paths, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    paths = [*expand_kernel_paths(options.kernel_paths, options.worktree),
+             *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     if source_root():
         paths.append(source_root())
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
@@ -166,10 +201,106 @@ def zygote(log_dir: Path):
             ctx.set_forkserver_preload(ZYGOTE_PRELOAD)
             from multiprocessing import forkserver
             log_dir.mkdir(parents=True, exist_ok=True)
-            with helper_output(log_dir / f"zygote-{os.getpid()}.log"):
+            # the zygote and the resource tracker carry the run's marker, and so does all that is forked from them
+            with helper_output(log_dir / f"zygote-{os.getpid()}.log", env={**os.environ, **marker_env()}):
                 forkserver.ensure_running()
             _zygote_context = ctx
         return _zygote_context
+
+
+def zygote_unfit() -> str | None:
+    """Why the running zygote cannot fork now (stopped by a signal, gone); None when it can, or when
+    none runs yet.  A stopped forkserver accepts no connection, so a fork from it would wait forever."""
+    from multiprocessing import forkserver
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is None:
+        return None
+    state = process_state(pid)
+    if state in ("T", "t"):
+        return f"the zygote (pid {pid}) was stopped"
+    if state in ("", "Z", "X"):
+        return f"the zygote (pid {pid}) died"
+    return None
+
+
+def restart_zygote(log_dir: Path, why: str) -> None:
+    """End the zygote this process started (SIGKILL by its pid: a stopped one ignores the request to
+    exit) and start a fresh one.  What was forked from it dies with it (its parent-death signal)."""
+    global _zygote_context
+    from multiprocessing import forkserver
+    server = forkserver._forkserver
+    with _zygote_lock:
+        pid = server._forkserver_pid
+        trace.log.debug("zygote pid %s: restarting it: %s", pid, why)
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                server._stop()
+            except (OSError, ChildProcessError):      # reaped already: forget it by hand
+                if server._forkserver_alive_fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(server._forkserver_alive_fd)
+                server._forkserver_alive_fd = server._forkserver_pid = server._forkserver_address = None
+        _zygote_context = None
+    zygote(log_dir)
+
+
+_start_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _main_left_out():
+    """multiprocessing has every child it starts import the parent's ``__main__`` again (the
+    ``harness`` CLI with all its commands, or pytest) before its target runs: a third of a second
+    per fork on a loaded host, most of a forked worker's start.  The targets here are functions of
+    modules the zygote preloaded, so the child needs none of it: the main module is left out of what
+    the child is told to prepare."""
+    from multiprocessing import spawn
+    with _start_lock:
+        original = spawn.get_preparation_data
+
+        def without_main(name):
+            data = original(name)
+            data.pop("init_main_from_name", None)
+            data.pop("init_main_from_path", None)
+            return data
+
+        spawn.get_preparation_data = without_main
+        try:
+            yield
+        finally:
+            spawn.get_preparation_data = original
+
+
+def fork_from_zygote(log_dir: Path, target, name: str, args: tuple):
+    """``target(child_conn, *args)`` in a process forked from the zygote: (process, parent_conn).  A
+    zygote that was stopped or killed (from outside, or by a kernel: ``os.kill(os.getppid(), SIGSTOP)``)
+    is replaced first, and once more when the fork itself fails; never an EOFError, never a wait on a
+    stopped zygote."""
+    last = ""
+    for _ in range(2):
+        why = zygote_unfit()
+        if why:
+            restart_zygote(log_dir, why)
+        ctx = zygote(log_dir)
+        parent_conn, child_conn = ctx.Pipe()
+        process = ctx.Process(target=target, name=name, args=(child_conn, *args))
+        try:
+            with starting(), _main_left_out():       # owned before a sweep can see it
+                process.start()
+                own(process.pid)
+        except (EOFError, OSError) as exc:       # the zygote died while forking
+            parent_conn.close()
+            child_conn.close()
+            last = f"{type(exc).__name__}: {exc}"
+            restart_zygote(log_dir, f"a fork failed: {last}")
+            continue
+        child_conn.close()
+        return process, parent_conn
+    raise WorkerStartError(f"the zygote could not fork {name}: {last}")
 
 
 @functools.cache
@@ -180,27 +311,61 @@ def spawner() -> ThreadPoolExecutor:
 
 
 class ForkedProc:
-    """A forked worker (``multiprocessing.Process``) behind the part of ``Popen`` the pool uses."""
+    """A forked worker (``multiprocessing.Process``) behind the part of ``Popen`` the pool uses.
+
+    Its end is seen on its own pid (a pidfd), not only through the forkserver: a zygote that was
+    stopped never reports a child's status, and a wait on that report would never return.  A status
+    the forkserver cannot give (stopped, or dead: it then says 255) is 255 with ``lost_status``."""
 
     def __init__(self, process):
         self._p = process
         self.pid = process.pid
-        self.sentinel = process.sentinel     # readable once the process has ended
+        self._pidfd = open_pidfd(self.pid)
+        self.sentinel = self._pidfd if self._pidfd is not None else process.sentinel   # readable once it has ended
+        self.lost_status = False
+        self._code: int | None = None
+
+    def _ended(self) -> bool:
+        if self._pidfd is None:
+            return False
+        return bool(multiprocessing.connection.wait([self._pidfd], 0))
 
     def poll(self) -> int | None:
-        return self._p.exitcode
+        if self._code is None:
+            code = self._p.exitcode
+            if code is None and self._ended():
+                self._p.join(_STATUS_GRACE_S)         # the forkserver's report follows the end at once
+                code = self._p.exitcode
+                if code is None:
+                    code, self.lost_status = 255, True
+            elif code == 255 and zygote_unfit():
+                self.lost_status = True
+            self._code = code
+        return self._code
 
     def wait(self, timeout: float | None = None) -> int:
-        self._p.join(timeout)
-        if self._p.exitcode is None:
-            raise subprocess.TimeoutExpired("harness.worker.serve (forked)", timeout)
-        return self._p.exitcode
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            code = self.poll()
+            if code is not None:
+                return code
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired("harness.worker.serve (forked)", timeout)
+            multiprocessing.connection.wait([self.sentinel], _STOP_POLL_S if left is None else min(left, _STOP_POLL_S))
 
     def terminate(self) -> None:
         self._p.terminate()
 
     def kill(self) -> None:
         self._p.kill()
+
+    def release(self) -> None:
+        """Close the pidfd (once the process is stopped and waited for)."""
+        if self._pidfd is not None:
+            self.poll()
+            os.close(self._pidfd)
+            self._pidfd = None
 
 
 def open_pidfd(pid: int) -> int | None:
@@ -227,6 +392,7 @@ class WorkerProcess:
     # the pipe and the pidfd must be closed once, or the second close may hit a reused descriptor.
     _stopping: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stopped: bool = False
+    halted: bool = False           # ``wait`` found it stopped by a signal (T state): it will never answer
 
     def send(self, message: protocol.Message) -> None:
         size = protocol.send(self.conn, message)
@@ -251,7 +417,11 @@ class WorkerProcess:
             left = deadline - time.monotonic()
             if left <= 0 or self.proc.poll() is not None:
                 return False
-            multiprocessing.connection.wait(waits, left if self.sentinel is not None else min(left, _DEATH_POLL_S))
+            if process_state(self.proc.pid) in ("T", "t"):      # SIGSTOP: no answer will come
+                self.halted = True
+                return False
+            multiprocessing.connection.wait(waits, min(left, _STOP_POLL_S) if self.sentinel is not None
+                                            else min(left, _DEATH_POLL_S))
 
     def stop(self, force: bool = False) -> None:
         with self._stopping:
@@ -272,7 +442,11 @@ class WorkerProcess:
             terminate(self.proc, group=True)
             kill_group(self.proc.pid)      # what the kernel started: children, a forked child holding the pipe
         finally:
+            disown(self.proc.pid)
             self.conn.close()
+            release = getattr(self.proc, "release", None)
+            if release is not None:
+                release()
             if self.own_sentinel:
                 os.close(self.sentinel)
                 self.own_sentinel = False
@@ -313,6 +487,9 @@ class DeviceWorker:
         self._rss: tuple[int, int, int, bool] | None = None  # pid, RSS after its first case, cases since, warned
         self._last_case: str | None = None    # the case the current worker answered last (a deferred change's blame)
         self._deferred: tuple[str, str] | None = None   # (blamed case, changes) of the reply just received
+        # (helper, why) when the attempt just made ended in a way the harness cannot pin on the kernel:
+        # a stopped worker or zygote (helper True), a death with no sign from the kernel's code
+        self._unattributed: tuple[bool, str] | None = None
 
     @property
     def proc(self) -> subprocess.Popen | ForkedProc | None:
@@ -328,7 +505,7 @@ class DeviceWorker:
         env = self._env(case_env)
         parent_sock, child_sock = socket.socketpair()
         try:
-            with open(log_path, "ab") as log_file:
+            with open(log_path, "ab") as log_file, starting():
                 proc = spawner().submit(
                     subprocess.Popen,
                     [sys.executable, "-m", "harness.worker.serve", "--fd", str(child_sock.fileno()),
@@ -338,6 +515,7 @@ class DeviceWorker:
                     stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                     start_new_session=True,      # Ctrl-C reaches the front end only; killed as a group
                 ).result()
+                own(proc.pid)
         finally:
             child_sock.close()
         key = _env_key(case_env)
@@ -348,7 +526,7 @@ class DeviceWorker:
                              *self._device_log_dir(env, case_env))
 
     def _env(self, case_env: dict[str, str]) -> dict[str, str]:
-        env = worker_env(self.options, case_env, self.device)
+        env = {**worker_env(self.options, case_env, self.device), **marker_env()}     # the run's marker: item 4
         if self.device.kind == "npu" or self.options.device_logs:
             env.update(devicelogs.log_env(self.options.log_dir, f"{self.name}.{self.starts}", str(self.device), env))
         return env
@@ -365,16 +543,10 @@ class DeviceWorker:
 
     def _fork(self, case_env: dict[str, str], log_path: Path) -> WorkerProcess:
         from harness.worker.serve import forked_main
-        ctx = zygote(self.options.log_dir)
         env = self._env(case_env)
-        parent_conn, child_conn = ctx.Pipe()
-        process = ctx.Process(
-            target=forked_main, name=f"harness-worker-{self.name}",
-            args=(child_conn, str(self.device), self.options.golden_dtype,
-                  env, str(log_path), os.getpid()),
-        )
-        process.start()
-        child_conn.close()
+        process, parent_conn = fork_from_zygote(
+            self.options.log_dir, forked_main, f"harness-worker-{self.name}",
+            (str(self.device), self.options.golden_dtype, env, str(log_path), os.getpid()))
         key = _env_key(case_env)
         trace.log.debug("%s: forked pid %d for %s from the zygote (env %s, log %s)", self.name, process.pid,
                         self.device, _env_text(key), log_path)
@@ -411,6 +583,11 @@ class DeviceWorker:
                 trace.log.debug("%s: spare pid %d has another env; stopping it", self.name, spare.proc.pid)
                 spare.stop(force=True)
                 spare = None
+            elif spare is not None and spare.proc.poll() is not None:
+                # its Ready is still in the pipe, but it died waiting (with a zygote killed since it was forked)
+                trace.log.debug("%s: spare pid %d has ended; not used", self.name, spare.proc.pid)
+                spare.stop(force=True)
+                spare = None
             try:
                 process = spare or self._spawn(case_env)
                 self._await_ready(process)
@@ -418,7 +595,8 @@ class DeviceWorker:
                 last = exc
                 continue
             self.current = process
-            if self.replacements:
+            # under --isolation case every case needs one: it starts while this case runs
+            if self.replacements or self.options.isolation == "case":
                 self.spare = self._spawn(case_env)
                 trace.log.debug("%s: pid %d is the spare", self.name, self.spare.proc.pid)
             return
@@ -455,7 +633,7 @@ class DeviceWorker:
         (``blocking_rerun``); the result is the first attempt's, with the re-run on it.  Raises
         ``DeviceLost`` when the device stays unhealthy in two fresh workers (the case did not run).
         """
-        result = self._run(case, log_path, repeat, baseline)
+        result = self._attributed(case, log_path, repeat, baseline)
         var = BLOCKING_ENV.get(self.device.kind)
         if (var and self.options.blocking_rerun and result.outcome in RERUN_OUTCOMES
                 and case.env.get(var) != "1"):
@@ -471,6 +649,31 @@ class DeviceWorker:
             result = dataclasses.replace(result, metrics={**result.metrics,
                                                           "blocking_rerun": blocking_rerun(result, again, var)})
         return result
+
+    def _attributed(self, case: Case, log_path: Path, repeat: int, baseline: Path | None) -> Result:
+        """A case whose worker was stopped, or died with no sign from the kernel's code (an empty log
+        and SIGKILL, the status the forkserver reports when it lost the real one, a zygote gone), runs
+        once more in a fresh worker before any verdict: one sighting is never the kernel's CRASH.  A
+        helper stopped or killed again is ``HARNESS_ERROR`` naming both; another death the same way
+        keeps the re-run's outcome (it repeats: the kernel's)."""
+        result = self._run(case, log_path, repeat, baseline)
+        first, self._unattributed = self._unattributed, None
+        if first is None:
+            return result
+        warning = (f"case {case.case_id} (worker {self.name}, {self.device}): {first[1]}; "
+                   f"re-run once in a fresh worker")
+        self.warnings.append(warning)
+        trace.log.debug("%s", warning)
+        again = self._run(case, log_path, repeat, baseline)
+        second, self._unattributed = self._unattributed, None
+        note = {"first_attempt": {"outcome": result.outcome.value, "summary": result.summary, "why": first[1]}}
+        if second is not None and (first[0] or second[0]):
+            return Result(outcome=Outcome.HARNESS_ERROR, duration_s=again.duration_s,
+                          summary=f"{first[1]}; again on the re-run: {second[1]}",
+                          metrics={"rerun": note}, **case_fields(case, repeat, self.device, log_path))
+        if second is not None:
+            note["second_attempt"] = second[1]
+        return dataclasses.replace(again, metrics={**again.metrics, "rerun": note})
 
     def _run(self, case: Case, log_path: Path, repeat: int, baseline: Path | None) -> Result:
         """A worker whose state changed between cases (the reply's ``deferred``: a timer, a finalizer,
@@ -515,12 +718,37 @@ class DeviceWorker:
         if self.absent:
             return Result(outcome=Outcome.SKIPPED, summary=f"device not present: {self.absent}", **base)
         self._present = True
-        result = self._launch(case, log_path, repeat, baseline, base)
-        if result.outcome.failed:
-            found = self._device_log_found()
-            if found is not None:
-                result = dataclasses.replace(result, metrics={**result.metrics, "device_log": found.to_metrics()})
-        return result
+        try:
+            result = self._launch(case, log_path, repeat, baseline, base)
+            if result.outcome.failed:
+                found = self._device_log_found()
+                if found is not None:
+                    result = dataclasses.replace(result, metrics={**result.metrics, "device_log": found.to_metrics()})
+        finally:
+            if self.options.isolation == "case":      # no case runs in a process a kernel ran in
+                self.stop(force=True)
+        return self._strays(result)
+
+    def _strays(self, result: Result) -> Result:
+        """Processes with the run's marker that left every worker's tree (the kernel turned the
+        subreaper off and double-forked, or cloned with CLONE_PARENT): killed now and blamed on the
+        case that just ended (its ``CONTRACT`` when it passed; in a run on several devices they may
+        be another device's).  A worker's own descendants are its hygiene's business."""
+        killed = sweep()
+        if not killed:
+            return result
+        text = (f"{len(killed)} process(es) with this run's marker outside every worker's process tree "
+                f"(killed): {', '.join(killed)}")
+        self.warnings.append(f"case {result.case_id} (worker {self.name}, {self.device}): {text}")
+        trace.log.debug("%s", self.warnings[-1])
+        if self.current is not None:       # its subreaper may be off now: the next case gets a fresh worker
+            self.replace(f"processes left its tree: {', '.join(killed)}")
+        metrics = {**result.metrics, "escaped": killed}
+        if result.outcome is Outcome.PASS:
+            return dataclasses.replace(result, outcome=Outcome.CONTRACT,
+                                       summary=f"the kernel's processes left the worker's process tree: {text}",
+                                       metrics=metrics)
+        return dataclasses.replace(result, metrics=metrics, warnings=(*result.warnings, text))
 
     def _launch(self, case: Case, log_path: Path, repeat: int, baseline: Path | None, base: dict) -> Result:
         if log_path.parent not in self._log_dirs:
@@ -545,6 +773,8 @@ class DeviceWorker:
         try:
             current.send(request)
             if not current.wait(case.timeout_s):
+                if current.halted:
+                    return self._halted(base, log_path, started)
                 if current.proc.poll() is not None:
                     return self._died(base, log_path, started)
                 return self._hung(case, base, log_path, started)
@@ -619,7 +849,9 @@ class DeviceWorker:
             return Result(outcome=reply.outcome, summary=reply.summary, report=reply.report,
                           metrics=reply.metrics, duration_s=reply.duration_s, sticky=bool(reply.replace_worker),
                           warnings=tuple(reply.warnings), hint=reply.hint, **base)
-        if failure.stage.harness_side:
+        if failure.stage is protocol.Stage.SPEC:      # the spec module's code, not the kernel's nor ours
+            cls = Classification(Outcome.GOLDEN_ERROR, None, failure.first_line, False)
+        elif failure.stage.harness_side:
             cls = Classification(Outcome.HARNESS_ERROR, None,
                                  f"harness failed in {failure.stage.value}: {failure.exc_type}: "
                                  f"{failure.first_line}", False)
@@ -660,6 +892,33 @@ class DeviceWorker:
                       report=log_text[-4000:], duration_s=time.perf_counter() - started,
                       metrics=_fault_metrics(cls), **base)
 
+    def _halted(self, base: dict, log_path: Path, started: float) -> Result:
+        """The worker was stopped by a signal mid-case (T state): it will never answer."""
+        pid = self.proc.pid if self.proc is not None else None
+        if pid is not None:
+            kill_group(pid)          # its own process group (session): SIGTERM waits on a stopped process
+        self.replace(f"stopped mid-case (pid {pid})")
+        self._unattributed = (True, f"the worker (pid {pid}) was stopped (SIGSTOP) mid-case")
+        return Result(outcome=Outcome.HARNESS_ERROR, summary=self._unattributed[1], sticky=True,
+                      duration_s=time.perf_counter() - started, **base)
+
+    def _unattributable(self, returncode: int | None, log_text: str) -> str | None:
+        """Why a worker's death cannot be pinned on the kernel; None when it can."""
+        forked = isinstance(self.proc, ForkedProc)
+        zygote_gone = zygote_unfit() if forked else None
+        if zygote_gone:
+            return f"the worker died with the zygote: {zygote_gone}"
+        if returncode is None:
+            return "the worker died and its exit status is unknown"
+        if forked and getattr(self.proc, "lost_status", False):
+            return "the worker died and the zygote could not report its exit status"
+        if forked and returncode == 255 and not log_text.strip():
+            return "the worker died with status 255 (what the forkserver reports when it lost the real one) and an empty log"
+        if returncode == -signal.SIGKILL and not log_text.strip():
+            return ("the worker was killed by SIGKILL with an empty log (from outside the kernel: the OOM "
+                    "killer, or someone killing harness processes)")
+        return None
+
     def _died(self, base: dict, log_path: Path, started: float) -> Result:
         proc = self.proc
         returncode = None
@@ -668,9 +927,12 @@ class DeviceWorker:
                 returncode = proc.wait(timeout=TERM_GRACE_S)
             except subprocess.TimeoutExpired:
                 pass
-        self.replace(f"died mid-case (exit status {returncode})")
         cap_log(log_path, self.options.max_log_bytes)
         log_text = read_log(log_path)
+        why = self._unattributable(returncode, log_text)
+        if why:
+            self._unattributed = (why.startswith("the worker died with the zygote"), why)
+        self.replace(f"died mid-case (exit status {returncode})")
         cls = classify_exit(returncode, log_text + self._device_log_text(), rules=self.options.rules)
         return Result(outcome=cls.outcome, code=cls.code, summary=cls.summary, sticky=True,
                       report=log_text[-4000:], duration_s=time.perf_counter() - started,

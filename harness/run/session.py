@@ -156,9 +156,9 @@ def execute(planned: list[Planned], options: RunOptions, store: Store, *, kind: 
             # Whatever happened, what was computed is written.
             recorded.provenance = {**recorded.provenance,
                                    "devices": {str(w.device): w.info for w in engine.workers}}
-            recorded.warnings = [text for w in engine.workers for text in w.warnings]
             if own:
-                engine.close()
+                engine.close()       # first: what its run-end sweep killed is among the warnings
+            recorded.warnings = [*(text for w in engine.workers for text in w.warnings), *engine.warnings]
             if addendum:
                 recorded.addendum = addendum(recorded)
             if publish:

@@ -20,6 +20,7 @@ import torch
 from harness.case import Case, Tolerance
 from harness.goldens import EXACT_SUFFIX
 from harness.worker.input_guard import InputWrite, bits
+from harness.worker import comparators
 from harness.worker.ratio_allclose import ULP_DTYPES, Comparison, ratio_allclose, summarise_localisation
 from harness.worker.inputs import CaseInputs
 from harness.worker.launch import Launched, poison_mask
@@ -78,10 +79,13 @@ def run_checks(case: Case, ci: CaseInputs, goldens: dict[str, torch.Tensor], lau
     if launched.returned:
         findings.append(Finding(Outcome.CONTRACT, f"return value: {launched.returned}"))
     findings += [_input_finding(ci, w) for w in launched.inputs_written]
+    judges = comparators.for_case(case)
     for arg in ci.op.outputs:
         rows = ci.valid_rows if arg.name in ci.op.slot_masked_outputs else None
+        judge = judges.get(arg.name)
         findings += _output_findings(case, ci, arg.name, arg.axes, launched.outputs[arg.name],
-                                     goldens[arg.name], rows, metrics, exact=goldens.get(arg.name + EXACT_SUFFIX))
+                                     goldens[arg.name], rows, metrics, exact=goldens.get(arg.name + EXACT_SUFFIX),
+                                     judge=judge and comparators.Context(case, ci, launched, goldens, judge))
     for arg in ci.op.caches:
         findings += _cache_findings(case, ci, arg.name, ci.args[arg.name], launched.caches[arg.name],
                                     goldens.get(arg.name), metrics, exact=goldens.get(arg.name + EXACT_SUFFIX))
@@ -199,8 +203,9 @@ def _input_finding(ci: CaseInputs, write: InputWrite) -> Finding:
     """``the kernel wrote into input q_proj: 4096 of 4096 elements changed in batch all 4, ...``"""
     changed, axes = write.changed, []
     shape = []
-    for sym, n in zip(ci.op.arg(write.name).shape, changed.shape):
-        axis = _INPUT_AXES.get(sym)
+    arg = ci.op.arg(write.name)
+    for i, (sym, n) in enumerate(zip(arg.shape, changed.shape)):
+        axis = arg.axes[i] if arg.axes else _INPUT_AXES.get(sym)
         if sym.endswith("*D") and axis:          # split columns h*D + d into (head, dim)
             D = ci.sizes["D"]
             shape += [n // D, D]
@@ -228,7 +233,10 @@ def _input_finding(ci: CaseInputs, write: InputWrite) -> Finding:
 
 def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.Tensor,
                      expected: torch.Tensor, rows: torch.Tensor | None, metrics: dict,
-                     exact: torch.Tensor | None = None) -> list[Finding]:
+                     exact: torch.Tensor | None = None, judge: "comparators.Context | None" = None) -> list[Finding]:
+    """Poison left (UNWRITTEN), non-finite values, then the comparison: the output's comparator when
+    the case names one (a spec op's ``compare:``), else ``ratio_allclose`` for a floating output
+    and an exact comparison for an integer or bool one, each localised along every named dim."""
     if rows is not None and not bool(rows.any()):
         metrics["compare"][name] = {"skipped": "every row has slot < 0"}
         return []
@@ -253,6 +261,12 @@ def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.
         ))
 
     tol = case.tolerance_for(name)
+    if judge is not None:
+        return findings + judge.run(name, actual, expected, axes, tol, metrics)
+    if not (actual.is_floating_point() and expected.is_floating_point()):
+        return findings + comparators.exact(name, actual, expected, axes, compared & ~unwritten, metrics)
+    if expected.dtype not in (torch.float32, torch.float64):     # a spec golden stored in bf16, fp16, fp8
+        expected = expected.float()
     groups = {"batch": (0, ci.row_seq)} if case.op == "prefill_attention" else None
     slack = rounding_slack(actual, expected, exact, tol)
     cmp = ratio_allclose(actual, expected, atol=tol.atol, rtol=tol.rtol, max_error_ratio=tol.max_error_ratio,
@@ -260,10 +274,23 @@ def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.
                          atol_rms=tol.atol_rms)
     metrics["compare"][name] = _with_spread(cmp.to_metrics(), expected, exact)
     if not cmp.passed:
-        findings.append(Finding(Outcome.MISMATCH, _mismatch_line(cmp), cmp.report()))
+        line = _mismatch_line(cmp) + (_bad_where(cmp) if case.spec is not None else "")
+        findings.append(Finding(Outcome.MISMATCH, line, cmp.report()))
     elif tol.argmax_margin is not None:
         findings += _argmax_findings(name, actual, expected, row_mask, tol.argmax_margin, metrics)
     return findings
+
+
+def _bad_where(cmp: Comparison) -> str:
+    """`` in dim0 [7], dim1 all 256``: the indices of each localised dim that hold a bad element."""
+    parts = []
+    for axis, ratios in cmp.localisation.items():
+        idx = [i for i, r in enumerate(ratios) if r == r and r > 0]
+        if idx and len(idx) == len(ratios) and len(idx) > 1:
+            parts.append(f"{axis} all {len(idx)}")
+        elif idx:
+            parts.append(f"{axis} [{', '.join(map(str, idx[:_MAX_LISTED]))}{', ...' if len(idx) > _MAX_LISTED else ''}]")
+    return " in " + ", ".join(parts) if parts else ""
 
 
 def _with_spread(data: dict, expected: torch.Tensor, exact: torch.Tensor | None) -> dict:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
+import math
 import os
 import shutil
 import tempfile
@@ -24,33 +26,44 @@ from harness.case import Case
 from harness.goldens.cache import IntermediateGoldens
 from harness.intermediates import files
 from harness.intermediates.compare import Measurement, Row, first_bad, headline, measure, verdicts
-from harness.intermediates.spec import Intermediate, LAYER_PARTS, intermediates, shape_of, tolerance_output
+from harness.intermediates.spec import (Intermediate, LAYER_PARTS, declared, intermediates, shape_of,
+                                        tolerance_output)
 from harness.worker.inputs import CaseInputs
 
 MODES = ("off", "on-failure", "always")
 
 
-def case_intermediates(ci: CaseInputs) -> tuple[Intermediate, ...]:
+def case_intermediates(case: Case, ci: CaseInputs) -> tuple[Intermediate, ...]:
+    """The case's intermediates in dataflow order: a builtin op's (harness/intermediates/spec.py),
+    or those a spec op's module lists in ``INTERMEDIATES``, compared with its first output's tolerance."""
+    if case.spec is not None:
+        return declared(case.spec.get("intermediates") or (), ci.op.outputs[0].name)
     return intermediates(ci.op.name, int(ci.args.get("num_layers", 0) or 0))
 
 
 def rows_of(ci: CaseInputs) -> int:
-    return ci.sizes["T"] if ci.op.name == "prefill_attention" else ci.sizes["B"]
+    """A builtin op's ``rows`` symbol (B, or T of prefill); a spec op has none."""
+    return ci.sizes.get("T" if ci.op.name == "prefill_attention" else "B", 0)
 
 
 class Collector:
     """The ``dump`` callable of one launch, and what its dumps came to."""
 
-    def __init__(self, case: Case, ci: CaseInputs, golden: IntermediateGoldens):
-        self.case, self.ci, self.golden = case, ci, golden
-        self.items = case_intermediates(ci)
+    def __init__(self, case: Case, ci: CaseInputs, golden: IntermediateGoldens, outputs: bool = True):
+        """``outputs``: False offline (``harness dumps``), where no output was judged."""
+        self.case, self.ci, self.golden, self.outputs = case, ci, golden, outputs
+        self.items = case_intermediates(case, ci)
         self.by_name = {i.name: i for i in self.items}
         self.rows = rows_of(ci)
-        # rows whose slot < 0 are not compared where the op's outputs ignore them (padding rows)
-        self.row_mask = ci.valid_rows if ci.op.slot_masked_outputs else None
+        # each intermediate is judged on the rows the output it is compared like is judged on: the
+        # padding rows (slot < 0) are left out of out, next_hidden and the caches, not of query
+        judged_on_valid = set(ci.op.slot_masked_outputs) | {c.name for c in ci.op.caches}
+        self.row_masks = {i.name: ci.valid_rows if tolerance_output(ci.op.name, i) in judged_on_valid else None
+                          for i in self.items}
         self.measured: dict[str, Measurement] = {}
         self.seen: set[str] = set()
-        self.problems: list[str] = []        # CONTRACT lines: unknown name, wrong shape, twice, ...
+        self.problems: list[str] = []        # what the ABI refused: unknown name, wrong shape, twice, ...
+        self.refused: dict[str, str] = {}    # a known intermediate whose dump was refused -> why
         self.notes: list[str] = []           # not the kernel's fault (a golden that could not be read)
         if golden.problem:
             self.notes.append(golden.problem)
@@ -74,26 +87,44 @@ class Collector:
             return
         self.seen.add(name)
         if not isinstance(tensor, torch.Tensor):
-            self.problems.append(f"dump({name!r}): got {type(tensor).__name__}, not a tensor")
+            self.refuse(name, f"dump({name!r}): got {type(tensor).__name__}, not a tensor")
             return
         item = self.by_name[name]
-        want = shape_of(item, self.ci.sizes, self.rows)
+        want = self._shape(item)
         if not tensor.is_floating_point():
-            self.problems.append(f"intermediate {name}: dtype {str(tensor.dtype).removeprefix('torch.')}, "
-                                 f"not a float type")
+            self.refuse(name, f"intermediate {name}: dtype {str(tensor.dtype).removeprefix('torch.')}, "
+                              f"not a float type")
             return
-        if tuple(tensor.shape) != want:
-            self.problems.append(f"intermediate {name}: shape {tuple(tensor.shape)}, the contract says {want}")
-            return
+        reshaped = ""
+        if want is not None and tuple(tensor.shape) != want:
+            said = "its golden dumped" if item.declared else "the contract says"
+            if tensor.numel() != _numel(want):
+                self.refuse(name, f"intermediate {name}: shape {tuple(tensor.shape)}, {said} {want}")
+                return
+            # a dump tool writes rows flat ([B, Hq*D]): the same elements in row-major order
+            reshaped = f"dumped as {tuple(tensor.shape)}, compared as {want}"
+            tensor = tensor.reshape(want)
         golden = self.golden.get(name)
         if golden is None:
             self.notes.append(f"intermediate {name}: no golden to compare with")
             return
         tol = self.case.tolerance_for(tolerance_output(self.ci.op.name, item))
         with torch.no_grad():
-            self.measured[name] = measure(item, tensor.detach(), golden[0], golden[1], atol=tol.atol,
-                                          rtol=tol.rtol, max_error_ratio=tol.max_error_ratio, rows=self.row_mask,
-                                          atol_rms=tol.atol_rms)
+            m = measure(item, tensor.detach(), golden[0], golden[1], atol=tol.atol,
+                        rtol=tol.rtol, max_error_ratio=tol.max_error_ratio, rows=self.row_masks[name],
+                        atol_rms=tol.atol_rms)
+        if reshaped:
+            m = dataclasses.replace(m, note="; ".join(x for x in (reshaped, m.note) if x))
+        self.measured[name] = m
+
+    def refuse(self, name: str, line: str) -> None:
+        """A dump of a known intermediate the ABI refuses: a problem line, and the row says so."""
+        self.problems.append(line)
+        self.refused.setdefault(name, line)
+
+    def _shape(self, item: Intermediate) -> tuple[int, ...] | None:
+        """The shape ``item`` must have: the contract's, or for a spec op its golden's (None: no golden)."""
+        return self.golden.shape(item.name) if item.declared else shape_of(item, self.ci.sizes, self.rows)
 
     def close(self) -> None:
         """Close the golden intermediates' file (the measurements stay)."""
@@ -110,10 +141,11 @@ class Collector:
         """Every dump file in ``folder``, through the same checks as ``dump``."""
         def cap(name: str) -> int:
             item = self.by_name.get(name)
-            if item is None:
+            shape = None if item is None else self._shape(item)
+            if shape is None:
                 return 0
             n = 1
-            for d in shape_of(item, self.ci.sizes, self.rows):
+            for d in shape:
                 n *= d
             return 8 * n
 
@@ -121,6 +153,8 @@ class Collector:
             if isinstance(got, files.Problem):
                 if name and name not in self.by_name:
                     self.problems.append(f"dump file {got.file}: unknown intermediate {name!r}; valid: {self.valid()}")
+                elif name:
+                    self.refuse(name, got.line())
                 else:
                     self.problems.append(got.line())
                 continue
@@ -128,16 +162,20 @@ class Collector:
 
     # -- the outcome -----------------------------------------------------------------------
     def rows_table(self) -> tuple[Row, ...]:
-        return verdicts(self.items, self.measured)
+        return verdicts(self.items, self.measured, self.refused)
 
     def to_metrics(self) -> dict[str, Any]:
         rows = self.rows_table()
         bad = first_bad(rows)
         return {"first_bad_intermediate": bad.name if bad else None,
                 "first_bad_layer": bad.layer if bad else None,
-                "headline": headline(rows),
+                "headline": headline(rows, self.outputs),
                 "rows": [r.to_json() for r in rows],
                 "dumped": len(self.measured), "problems": list(self.problems), "notes": list(self.notes)}
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
 
 
 def prime_pickling() -> None:

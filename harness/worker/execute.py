@@ -10,7 +10,6 @@ overhead is measured against exactly this work.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import time
 import traceback
 from typing import Callable
@@ -33,9 +32,10 @@ from harness.case import Case
 from harness.devices import Backend, Device
 from harness.worker.launch import ContractError, launch
 from harness.worker.protocol import CaseReply, Failure, GoldenRef, Stage
-from harness.outcomes import CHECK_PRECEDENCE, Outcome
-from harness.provenance import kernel_origin
-from harness.registry import target as kernel_target
+from harness.worker.spec_inputs import golden_source
+from harness.worker.kernel_loader import KernelLoader
+from harness.worker.spec_module import SpecError
+from harness.outcomes import Outcome
 
 GOLDEN_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 
@@ -48,32 +48,11 @@ class StageError(Exception):
         self.stage, self.exc = stage, exc
 
 
-class KernelLoader:
-    """Imports ``module:callable`` once per process."""
-
-    def __init__(self) -> None:
-        self._loaded: dict[str, Callable] = {}
-        self.origins: dict[str, dict] = {}
-
-    def load(self, kernel: str, op: str) -> Callable:
-        target = kernel_target(kernel, op)
-        if target not in self._loaded:
-            module_name, _, attr = target.partition(":")
-            module = importlib.import_module(module_name)
-            fn = getattr(module, attr, None)
-            if fn is None or not callable(fn):
-                raise ImportError(f"{module_name} has no callable {attr!r}")
-            self._loaded[target] = fn
-            self.origins[target] = {"target": target, **kernel_origin(getattr(module, "__file__", None))}
-        return self._loaded[target]
-
-    def origin(self, kernel: str, op: str) -> dict:
-        return self.origins.get(kernel_target(kernel, op), {})
-
-
 def _stage(stage: Stage, fn: Callable, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
+    except SpecError as exc:  # a spec op's own code (its specs, inputs, golden, comparator): GOLDEN_ERROR
+        raise StageError(Stage.SPEC, exc) from exc
     except Exception as exc:  # tagged and re-raised; classified by the front end
         raise StageError(stage, exc) from exc
 
@@ -81,6 +60,14 @@ def _stage(stage: Stage, fn: Callable, *args, **kwargs):
 def _goldens(case: Case, ci: inputs.CaseInputs, golden_cache: GoldenCache, golden_dtype: str,
              golden: GoldenRef | None) -> tuple[dict[str, torch.Tensor], bool]:
     dtype = GOLDEN_DTYPES[golden_dtype]
+    if case.spec is not None:     # a spec op: its module's golden, on the host (docs/specs.md)
+        from harness.worker.spec_inputs import check_reproduced
+        source = golden_source(case)
+        if golden is None:
+            return golden_cache.get_or_compute(source, ci.spec, inputs.on_host(ci), dtype)
+        found = golden_cache.read(source, ci.spec, golden.path, dtype, golden.device)
+        check_reproduced(case, golden.path, digest_inputs(ci.op, {**ci.args, **ci.initial}).digest)
+        return found, golden.hit
     if golden is None:       # in-process (the benchmark's loop, or no golden process could start): on the host
         return golden_cache.get_or_compute(case.op, ci.spec, inputs.on_host(ci).args, dtype)
     return golden_cache.read(case.op, ci.spec, golden.path, dtype, golden.device), golden.hit
@@ -114,7 +101,7 @@ def _hint(case: Case, ci: inputs.CaseInputs, goldens: dict[str, torch.Tensor], l
 def _collector(case: Case, ci: inputs.CaseInputs, golden_cache: GoldenCache, golden_dtype: str,
                golden: GoldenRef | None) -> dumps.Collector:
     dtype = GOLDEN_DTYPES[golden_dtype]
-    source = golden_cache.intermediates(case.op, ci.spec, golden.path if golden else None, dtype,
+    source = golden_cache.intermediates(golden_source(case), ci.spec, golden.path if golden else None, dtype,
                                         golden.device if golden else "cpu")
     return dumps.Collector(case, ci, source)
 
@@ -156,10 +143,12 @@ def intermediate_findings(found: checks.Findings, collector: dumps.Collector,
         items[0] = checks.Finding(first.outcome, f"{first.message}; {data['headline']}", first.detail)
     elif data["dumped"] and data["first_bad_intermediate"]:
         data["notes"].append(f"outputs pass, but {data['headline']}")
-    items += [checks.Finding(Outcome.CONTRACT, p) for p in data["problems"]]
-    items.sort(key=lambda f: CHECK_PRECEDENCE.index(f.outcome))
-    outcome = items[0].outcome if items else Outcome.PASS
-    return checks.Findings(outcome, tuple(items), {**found.metrics, "intermediates": data})
+    # A refused dump is the diagnosis's trouble, not the outputs': it never changes the outcome or
+    # the summary's first finding (docs/intermediates.md); it is listed after the checks' findings.
+    if data["problems"] and not items:
+        data["notes"].append(f"outputs pass; {len(data['problems'])} dump(s) refused: {data['problems'][0]}")
+    items += [checks.Finding(Outcome.CONTRACT, f"dump refused: {p}") for p in data["problems"]] if items else []
+    return checks.Findings(found.outcome, tuple(items), {**found.metrics, "intermediates": data})
 
 
 def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,
@@ -192,7 +181,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
             if repeats:
                 repeats.make_room(memory_plan.plan(case, golden_dtype))
             ci = _stage(Stage.INPUTS, inputs.generate, case, torch_device)      # drawn where the kernel runs
-            generated = _stage(Stage.INPUTS, digest_inputs, ci.op, ci.args)   # before the kernel can touch them
+            generated = _stage(Stage.INPUTS, digest_inputs, ci.op, {**ci.args, **ci.initial})   # before the kernel can touch them
         t1 = time.perf_counter()
         if kept is not None:
             goldens, hit = kept.goldens, (golden.hit if golden else True)

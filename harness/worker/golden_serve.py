@@ -8,7 +8,9 @@ generated from the seed and the goldens computed and written) and answers with a
 ``GoldenRef`` to that file, which the front end passes to the device worker.  It is the
 only writer of the golden cache, so what a kernel does to its own process (a changed
 default dtype, a patched ``torch.rsqrt``) never reaches a golden.  It imports the
-harness's goldens and input generator, never a kernel, and never touches a device.
+harness's goldens and input generator, never a kernel, and never touches a device.  A spec
+op's golden is user code (its module, imported from the run's ``--kernel-path``): it runs
+here too, on the host, and what goes wrong in it is the case's ``GOLDEN_ERROR``.
 """
 from __future__ import annotations
 
@@ -102,6 +104,7 @@ def answer(request: protocol.GoldenRequest, cache, device=None, cores: int | Non
     import torch
 
     from harness.worker import inputs
+    from harness.worker.spec_module import SpecError
 
     started = time.perf_counter()
     case = request.case
@@ -118,11 +121,21 @@ def answer(request: protocol.GoldenRequest, cache, device=None, cores: int | Non
                 raise RuntimeError(f"input spec of {case.case_id} differs from its generated inputs' spec")
             return generated.args
 
+        golden = case.op
+        if case.spec is not None:        # a spec op: the user's golden, on the host (docs/specs.md)
+            from harness.worker.spec_inputs import golden_for
+            golden = golden_for(case)
+            make_inputs = golden.make_inputs
         try:
-            path, key, hit = cache.ensure(case.op, spec, make_inputs, dtype, device.type)
+            path, key, hit = cache.ensure(golden, spec, make_inputs, dtype,
+                                          device.type if case.spec is None else "cpu")
         finally:
             if device.type in ACCELERATORS:
                 ACCELERATORS[device.type].release()
+    except SpecError as exc:        # the user's spec module or golden: GOLDEN_ERROR, not the harness's
+        failure = protocol.Failure(protocol.Stage.SPEC, type(exc).__name__, str(exc),
+                                   "".join(traceback.format_exception(exc)))
+        return protocol.GoldenReply(case.case_id, request.nonce, failure=failure)
     except Exception as exc:       # a golden that fails is the harness's failure: HARNESS_ERROR
         failure = protocol.Failure(protocol.Stage.GOLDEN, type(exc).__name__, str(exc),
                                    "".join(traceback.format_exception(exc)))

@@ -20,6 +20,14 @@ checks compare (the case's tolerances, the rounding spread, only the rows a chec
   whose head dims are permuted so that NeoX halves line up with GPT-J pairs (QK-norm and
   attention are invariant under that permutation), its query and k rows permuted back.
 
+Spec ops (docs/specs.md) get the evidence that holds whatever the op computes: another output's
+golden, and **an input passed through**: a mismatched output that agrees with one of the
+case's inputs of the same shape (``y holds input x as passed in``: stored from the wrong
+buffer), which also applies to the builtin ops.  The stray read and the RoPE variants are
+the builtin ops' own (their caches, their RoPE tables) and are never looked for on a spec op,
+whatever its tensors are called; a spec op's outputs judged by a ``compare:`` comparator, or
+not floating, are left out (their comparison is not ``ratio_allclose``).
+
 Only ``MISMATCH`` cases are looked at, and the goldens of the other two only outside an audit's
 mutant runs and when the inputs are small enough (``MAX_INPUT_BYTES``) that they cost little
 (the stray read costs no golden: it is named in every ``MISMATCH``). A hint that cannot be computed is
@@ -120,7 +128,7 @@ def find_hint(case: Case, ci: CaseInputs, golden: dict[str, torch.Tensor], launc
     """The hint for a ``MISMATCH`` case, or "" (any other outcome, or nothing the evidence shows)."""
     if found.outcome is not Outcome.MISMATCH:
         return ""
-    compared = _compared(ci, launched)
+    compared = _compared(case, ci, launched)
     mismatched = [n for n in compared if found.metrics.get("compare", {}).get(n, {}).get("outcome") == "MISMATCH"]
     if not mismatched:
         return ""
@@ -129,6 +137,14 @@ def find_hint(case: Case, ci: CaseInputs, golden: dict[str, torch.Tensor], launc
              if other != n and _same_kind(compared[n], compared[other]) and _agrees(case, n, compared[n], golden, other)]
     if swaps:
         return "; ".join(swaps)
+    # n failed against its golden yet equals an input: the kernel stored that input where n belongs
+    passed = [f"{n} holds input {name} as passed in" for n in mismatched for name in _inputs_like(ci, compared[n])
+              if AUDIT_MUTANT_VAR not in case.env and _passes(case, n, compared[n].actual, ci.args[name].to(compared[n].actual.device), None,
+                         compared[n].rows)]
+    if passed:
+        return "; ".join(passed)
+    if case.spec is not None:      # what follows reads the builtin ops' caches and RoPE tables
+        return ""
     # beyond every readable value, and not another output's golden: a canary row was read
     strays = [h for h in (_stray_read(ci, n, compared[n]) for n in mismatched) if h]
     if strays or AUDIT_MUTANT_VAR in case.env:
@@ -143,9 +159,12 @@ def find_hint(case: Case, ci: CaseInputs, golden: dict[str, torch.Tensor], launc
                 or not _first_layer_agrees(case, compared, variant, transformed, golden_dtype):
             continue
         other = _variant_golden(case.op, variant, transformed, golden, golden_dtype)
-        if all(_agrees(case, n, compared[n], other, n) for n in compared) and \
-                any(not _agrees_golden(case, n, compared[n], golden, other) for n in mismatched):
-            matched.append(variant.hint)
+        if all(_agrees(case, n, compared[n], other, n) for n in compared):
+            # the evidence: the mismatched tensors the variant explains (it changes them); the hint
+            # names them, so a variant that moves only k is not read as a bug of q
+            about = [n for n in mismatched if not _agrees_golden(case, n, compared[n], golden, other)]
+            if about:
+                matched.append(f"{variant.hint} (in {', '.join(about)})")
     return " or ".join(matched)
 
 
@@ -199,9 +218,18 @@ class _Compared:
     rows: torch.Tensor | None
 
 
-def _compared(ci: CaseInputs, launched: Launched) -> dict[str, _Compared]:
+def _inputs_like(ci: CaseInputs, c: "_Compared") -> list[str]:
+    """The case's floating input tensors of ``c``'s shape."""
+    return [a.name for a in ci.op.by_role("input") if isinstance(ci.args.get(a.name), torch.Tensor)
+            and ci.args[a.name].is_floating_point() and ci.args[a.name].shape == c.actual.shape]
+
+
+def _compared(case: Case, ci: CaseInputs, launched: Launched) -> dict[str, _Compared]:
     out = {}
     for arg in ci.op.outputs:
+        if case.spec is not None and (arg.name in case.spec.get("compare", {})
+                                      or not launched.outputs[arg.name].is_floating_point()):
+            continue     # a comparator's or an exact comparison: ratio_allclose is not how it is judged
         rows = ci.valid_rows if arg.name in ci.op.slot_masked_outputs else None
         out[arg.name] = _Compared(launched.outputs[arg.name], lambda g: g, rows)
     valid = ci.slots >= 0

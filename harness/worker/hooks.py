@@ -13,8 +13,9 @@ a later case computes or how it is labelled, without touching a tensor the check
   worker modules that judge a case (the comparison, the checks, the launch);
 - Python signal handlers, armed interval timers (``signal.alarm`` is ``ITIMER_REAL``),
   ``gc.callbacks`` and whether the collector is on, ``sys.settrace`` / ``sys.setprofile``
-  (and their ``threading`` twins).  Import finders (``sys.meta_path``) are not watched:
-  libraries add their own on import (transformers does), which is no finding;
+  (and their ``threading`` twins).  The import machinery is ``imports.py``'s (a finder
+  appended to ``sys.meta_path``, as transformers does on import, is no finding; one put ahead
+  of the import system's own is);
 - audit hooks: ``sys.addaudithook`` cannot be undone or listed, but it raises the audit
   event ``sys.addaudithook`` to the hooks already there, so the worker installs one hook of
   its own at start (``install_audit_sentinel``) that counts them.

@@ -13,6 +13,11 @@ window (its import and its launch) is bracketed by two snapshots:
   already in ``sys.modules``: a change is a ``CONTRACT`` finding ("the kernel changed
   process state: torch default dtype float32 → float64"), the state is put back for the
   case's own checks, and the worker is replaced before the next case;
+- the import machinery (``imports``), the standard library modules the harness uses, resource
+  limits, descriptors, CPU affinity and nice value, files left in /dev/shm (``os_state``):
+  findings too (issue 37);
+- a full garbage collection opens and closes the window, so a finalizer of an object the
+  kernel dropped runs while the kernel is still the one blamed;
 - threads (Python and native) and child processes started in the window and still
   running after it: a ``CONTRACT`` finding, and the worker is replaced (its whole process
   group is killed), so nothing they print or hold reaches another case.
@@ -27,12 +32,24 @@ not start them.  docs/architecture.md ("Trust model") says what this defends and
 """
 from __future__ import annotations
 
+import gc
 import itertools
+import json
+import math
+import operator
 import os
+import pickle
+import shutil
+import struct
+import tempfile
+import traceback
 import sys
 import threading
 import time
 import types
+import functools
+import hashlib
+import io
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,8 +59,11 @@ from harness.outcomes import CHECK_PRECEDENCE, Outcome
 from harness.processes import children, kill_tree, reap
 from harness.worker import checks as checks_module
 from harness.worker import hooks
+from harness.worker import imports
+from harness.worker import os_state
 from harness.worker import input_guard as input_guard_module
 from harness.worker import launch as launch_module
+from harness.worker.kernel_loader import KernelLoader
 from harness.worker import ratio_allclose as ratio_allclose_module
 from harness.worker.checks import Finding, Findings
 
@@ -56,8 +76,24 @@ NAMESPACES: tuple[tuple[str, Any], ...] = (
     # the harness's own judges: a careless patch of the comparison would pass every mutant
     ("harness.worker.ratio_allclose", ratio_allclose_module), ("harness.worker.checks", checks_module),
     ("harness.worker.launch", launch_module), ("harness.worker.input_guard", input_guard_module),
+    # and what imports each case's kernel: a rebound load() serves a later mutant control the reference
+    ("harness.worker.kernel_loader.KernelLoader", KernelLoader),
+    # the standard library the harness's own code uses, checked like builtins (issue 37): a rebound
+    # math.isnan fails every later case's checks.  Only their functions, classes, modules and numbers
+    # count: module-level data (tempfile.tempdir) is a cache the library fills itself.
+    *((module.__name__ if module is not os.path else "os.path", module) for module in (
+        math, os, os.path, struct, json, io, time, tempfile, shutil, pickle, functools, itertools, operator,
+        traceback, hashlib)),
+    *((("numpy", sys.modules["numpy"]),) if "numpy" in sys.modules else ()),
 )
 _BY_NAME = dict(NAMESPACES)
+_STDLIB = frozenset(name for name, obj in NAMESPACES if not name.startswith(("torch", "harness")))
+
+
+def _watched_value(value: Any) -> bool:
+    """In a standard-library namespace: the names a rebinding of which changes what code calling
+    them computes (functions, classes, modules, constants), not the module's data caches."""
+    return callable(value) or isinstance(value, (types.ModuleType, int, float))
 
 
 @dataclass(frozen=True)
@@ -87,17 +123,48 @@ _TORCH_STATE: dict[str, tuple[Any, Any]] = {
                  torch.is_deterministic_algorithms_warn_only_enabled()),
         lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1])),
     "anomaly detection": (torch.is_anomaly_enabled, torch.set_anomaly_enabled),
-    "TF32 matmul": (lambda: torch.backends.cuda.matmul.allow_tf32,
-                    lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
-    "TF32 cuDNN": (lambda: torch.backends.cudnn.allow_tf32,
-                   lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)),
     "cuDNN benchmark": (lambda: torch.backends.cudnn.benchmark,
                         lambda v: setattr(torch.backends.cudnn, "benchmark", v)),
     "cuDNN deterministic": (lambda: torch.backends.cudnn.deterministic,
                             lambda v: setattr(torch.backends.cudnn, "deterministic", v)),
-    "float32 matmul precision": (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
     "intra-op threads": (torch.get_num_threads, torch.set_num_threads),
 }
+
+
+def _setting(path: str) -> tuple[Any, Any]:
+    """(read, restore) of the attribute at ``path`` below ``torch.backends``."""
+    owner_path, _, attr = path.rpartition(".")
+
+    def owner() -> Any:
+        obj = torch.backends
+        for part in filter(None, owner_path.split(".")):
+            obj = getattr(obj, part)
+        return obj
+    return (lambda: getattr(owner(), attr)), (lambda v: setattr(owner(), attr, v))
+
+
+# TF32: torch >= 2.9 has the fp32_precision API, and reading a legacy flag (allow_tf32,
+# get_float32_matmul_precision) after a kernel set the new one raises "mix of the legacy and new
+# APIs", so where it exists only the new one is read (a legacy setter shows there too).  The generic
+# setting comes first: putting it back resets the specific ones that were not set explicitly.
+_FP32_PRECISION = ("fp32_precision", "cuda.matmul.fp32_precision", "cudnn.fp32_precision",
+                   "cudnn.conv.fp32_precision", "cudnn.rnn.fp32_precision", "mkldnn.fp32_precision",
+                   "mkldnn.matmul.fp32_precision", "mkldnn.conv.fp32_precision", "mkldnn.rnn.fp32_precision")
+if hasattr(torch.backends, "fp32_precision"):
+    for _path in _FP32_PRECISION:
+        try:
+            _setting(_path)[0]()
+        except AttributeError:          # a backend this torch does not have
+            continue
+        _TORCH_STATE[f"backends.{_path}"] = _setting(_path)
+else:
+    _TORCH_STATE.update({
+        "TF32 matmul": (lambda: torch.backends.cuda.matmul.allow_tf32,
+                        lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
+        "TF32 cuDNN": (lambda: torch.backends.cudnn.allow_tf32,
+                       lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)),
+        "float32 matmul precision": (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+    })
 
 
 def torch_state() -> TorchState:
@@ -114,6 +181,8 @@ class Snapshot:
     namespaces: tuple[tuple[str, dict[str, Any]], ...]
     modules: dict[str, Any]
     hooks: hooks.Hooks                   # autocast, modes, library, builtins, signals, timers, gc, audit, trace
+    imports: imports.ImportState         # sys.meta_path, sys.path_hooks, sys.path_importer_cache
+    os: os_state.OsState                 # resource limits, descriptors, affinity, nice, /dev/shm
     threads: frozenset[int]              # Python threads' idents
     native_threads: frozenset[int]       # every thread of the process (tids), where /proc has them
     children: frozenset[int]             # running child processes (pids), where /proc has them
@@ -145,7 +214,7 @@ def snapshot() -> Snapshot:
     return Snapshot(
         environ=dict(os.environ), cwd=os.getcwd(), torch=torch_state(),
         namespaces=tuple((name, dict(vars(obj))) for name, obj in NAMESPACES),
-        modules=dict(sys.modules), hooks=hooks.read(), **_running(),
+        modules=dict(sys.modules), hooks=hooks.read(), imports=imports.read(), os=os_state.read(), **_running(),
     )
 
 
@@ -213,13 +282,14 @@ def _torch_own(obj: Any) -> bool:
     return (getattr(module, "__file__", None) or "").startswith(_TORCH_DIR)
 
 
-def _rebound(old: dict[str, Any], new: dict[str, Any], closed: bool) -> list[tuple[str, str]]:
+def _rebound(old: dict[str, Any], new: dict[str, Any], closed: bool, stdlib: bool = False) -> list[tuple[str, str]]:
     """(name, "replaced" | "removed" | "added") for each name whose binding changed, torch's own
-    rebindings (``_torch_own``) left out."""
+    rebindings (``_torch_own``) left out; ``stdlib``: only names ``_watched_value`` keeps."""
     if _kept(old, new, closed=closed):
         return []
     out = [(name, "removed" if name not in new else "replaced") for name, obj in old.items()
-           if new.get(name, _GONE) is not obj and not (name in new and _torch_own(new[name]))]
+           if new.get(name, _GONE) is not obj and not (name in new and _torch_own(new[name]))
+           and (not stdlib or _watched_value(obj))]
     if closed:
         out += [(name, "added") for name in new.keys() - old.keys()
                 if name not in _STDLIB_CACHES and not _torch_own(new[name])]
@@ -235,14 +305,34 @@ _STDLIB_CACHES = frozenset({"__slotnames__"})
 _GONE = object()
 
 
+def _added(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Names of ``new`` not in ``old`` (a module imported since); cheap when ``old`` is a prefix."""
+    n = len(old)
+    if len(new) == n and list(old) == list(new):
+        return []
+    tail = list(itertools.islice(new, n, None))
+    if list(itertools.islice(new, n)) == list(old):
+        return tail
+    return [name for name in new if name not in old]
+
+
+def _impostors(before: Snapshot, after: Snapshot) -> list[tuple[str, str]]:
+    return imports.added_modules(_added(before.modules, after.modules), after.modules, before.imports.meta_path)
+
+
 def state_changes(before: Snapshot, after: Snapshot) -> list[str]:
-    """torch's settings, rebound names in the torch namespaces, replaced or removed modules."""
+    """torch's settings, rebound names in the watched namespaces, replaced or removed modules, added
+    modules that are not what the import system would load, the import machinery, the hooks, the
+    resource limits, CPU affinity and nice value."""
     out = [f"torch {name} {_short(a)} → {_short(b)}"
            for (name, a), (_, b) in zip(before.torch.values, after.torch.values) if a != b]
     for (ns, old), (_, new) in zip(before.namespaces, after.namespaces):
-        out += [f"{ns}.{name} {how}" for name, how in _rebound(old, new, isinstance(_BY_NAME[ns], type))]
+        out += [f"{ns}.{name} {how}"
+                for name, how in _rebound(old, new, isinstance(_BY_NAME[ns], type), ns in _STDLIB)]
     out += [f"sys.modules[{name!r}] {how}" for name, how in _rebound(before.modules, after.modules, False)]
-    return out + hooks.changes(before.hooks, after.hooks)
+    out += [why for _, why in _impostors(before, after)]
+    out += imports.changes(before.imports, after.imports)
+    return out + hooks.changes(before.hooks, after.hooks) + os_state.changes(before.os, after.os)
 
 
 def leftovers(before: Snapshot, after: Snapshot) -> list[str]:
@@ -283,16 +373,25 @@ def restore(before: Snapshot, after: Snapshot, state_changed: bool = True) -> li
         setter = _TORCH_STATE[name][1]
         if old != new and setter is not None:
             setter(old)
+    # a setting put back can move another (the generic fp32_precision resets the specific ones)
+    for (name, old), now in zip(before.torch.values, torch_state().values):
+        setter = _TORCH_STATE[name][1]
+        if old != now[1] and setter is not None:
+            setter(old)
     for (ns, old), (_, new) in zip(before.namespaces, after.namespaces):
         target = _BY_NAME[ns]
-        for name, how in _rebound(old, new, isinstance(target, type)):
+        for name, how in _rebound(old, new, isinstance(target, type), ns in _STDLIB):
             if how == "added":
                 _delete(target, name)
             else:
                 _set(target, name, old[name])
     for name, _ in _rebound(before.modules, after.modules, False):
         sys.modules[name] = before.modules[name]
+    for name, _ in _impostors(before, after):
+        sys.modules.pop(name, None)
+    imports.restore(before.imports, after.imports)
     hooks.restore(before.hooks, after.hooks)
+    os_state.restore(before.os, after.os)
     return put_back
 
 
@@ -315,6 +414,7 @@ def settle(before: Snapshot) -> Disturbance:
     after = snapshot()
     state = state_changes(before, after)
     findings = ([f"the kernel changed process state: {'; '.join(state)}"] if state else [])
+    findings += [f"the kernel left {what}" for what in os_state.window_changes(before.os, after.os)]
     left = leftovers(before, after)
     deadline = time.monotonic() + _LEFTOVER_GRACE_S
     while left and time.monotonic() < deadline:
@@ -401,6 +501,7 @@ class Watch:
         self.disturbed = Disturbance()
 
     def __enter__(self) -> "Watch":
+        _collect()        # garbage an earlier case left is finalised now, before its drift is judged
         before = snapshot()
         if self._pristine is not None:
             changed = drift(self._pristine, before)
@@ -411,7 +512,35 @@ class Watch:
 
     def __exit__(self, *exc: object) -> None:
         if self._before is not None:
+            # the kernel's unreachable objects are finalised while it is still the one blamed: a
+            # __del__ in a reference cycle would otherwise run in a later case's launch
+            _collect()
             self.disturbed = settle(self._before)
+            if _collecting[0] and len(sys.modules) > len(self._before.modules):
+                gc.freeze()     # what the kernel imported lives as long as the worker: not walked again
+
+
+# Set by ``freeze_baseline`` (the worker, at start): full collections around every window.
+_collecting = [False]
+
+
+def freeze_baseline(collect: bool = True) -> None:
+    """Move every object the worker has at start out of the collector's reach (``gc.freeze``), so
+    the full collection after each launch walks only what was made since: microseconds instead of
+    the ~0.4 s a collection over torch's objects takes.  Called once, before the worker's first
+    snapshot; nothing frozen is ever freed, and nothing alive at start is meant to be.
+    ``collect`` off (a worker forked from the zygote, which only imported): the little garbage
+    of those imports is frozen with the rest instead of a 0.3-0.5 s collection over every object
+    (that also copies every page the fork shares), which is most of a forked worker's start."""
+    if collect:
+        gc.collect()
+    gc.freeze()
+    _collecting[0] = True
+
+
+def _collect() -> None:
+    if _collecting[0]:
+        gc.collect()
 
 
 def warm_up(device: torch.device) -> None:

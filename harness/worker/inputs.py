@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,8 @@ class CaseInputs:
     row_seq: torch.Tensor                # int64 sequence index per written row
     sizes: dict[str, int]                # geometry symbols resolved for this case
     spec: dict[str, Any]                 # canonical description of the inputs (the golden cache key)
+    # a spec op's outputs as its spec initialises them (what its golden starts from; docs/specs.md)
+    initial: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def valid_rows(self) -> torch.Tensor:
@@ -107,6 +109,9 @@ def inputs_source_hash() -> str:
 
 
 def input_spec(case: Case) -> dict[str, Any]:
+    if case.spec is not None:            # a spec op: its module's tensors (harness/worker/spec_inputs.py)
+        from harness.worker import spec_inputs
+        return spec_inputs.input_spec(case)
     return {
         "op": case.op,
         "geometry": asdict(case.geometry),
@@ -129,6 +134,9 @@ def generate(case: Case, device: torch.device | str = "cpu") -> CaseInputs:
     """The case's inputs, drawn on ``device`` (same bytes on every device); ``slots``,
     ``row_seq`` and ``sizes`` stay on the host."""
     device = torch.device(device)
+    if case.spec is not None:            # a spec op: its module's tensors (harness/worker/spec_inputs.py)
+        from harness.worker import spec_inputs
+        return spec_inputs.generate(case, device)
     g = torch.Generator().manual_seed(case.seed)
     geo = case.geometry
     op = OPS[case.op]

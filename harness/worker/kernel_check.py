@@ -1,5 +1,5 @@
 """``--kernel``'s check, run before any case in a short-lived interpreter with the workers'
-PYTHONPATH: ``python -m harness.worker.kernel_check KERNEL OP...``.
+PYTHONPATH: ``python -m harness.worker.kernel_check KERNEL OP...`` (a spec op as ``OP=arg,arg,...``).
 
 For each op it imports the kernel's callable as a worker would (``registry.target``)
 and binds the op's argument names to its signature with the launcher's rule
@@ -21,7 +21,8 @@ from harness.worker.launch import ContractError, verify_signature
 OK, ABSENT, IMPORT, SIGNATURE = "ok", "absent", "import", "signature"
 
 
-def check(kernel: str, op: str) -> dict[str, str]:
+def check(kernel: str, op: str, arg_names: tuple[str, ...] | None = None) -> dict[str, str]:
+    """``arg_names``: a spec op's (``OP=a,b,c`` on the command line); else the builtin op's."""
     try:
         module_name, _, attr = target(kernel, op).partition(":")
     except KeyError:
@@ -36,7 +37,7 @@ def check(kernel: str, op: str) -> dict[str, str]:
         state = ABSENT if ":" not in kernel and kernel == module_name else IMPORT
         return {"state": state, "detail": f"{module_name} has no callable {attr!r}"}
     try:
-        verify_signature(fn, dict.fromkeys(OPS[op].arg_names), op)
+        verify_signature(fn, dict.fromkeys(arg_names if arg_names is not None else OPS[op].arg_names), op)
     except ContractError as exc:
         return {"state": SIGNATURE, "detail": str(exc)}
     return {"state": OK, "detail": ""}
@@ -44,7 +45,10 @@ def check(kernel: str, op: str) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     kernel, *ops = argv
-    states = {op: check(kernel, op) for op in ops}
+    states = {}
+    for token in ops:
+        op, sep, names = token.partition("=")
+        states[op] = check(kernel, op, tuple(filter(None, names.split(","))) if sep else None)
     print(json.dumps(states), flush=True)   # last: a kernel may print while it imports
     return 0
 

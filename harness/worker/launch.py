@@ -68,14 +68,38 @@ class GuardedBuffer:
         return before_elems, after_elems
 
 
+# Other dtypes a spec op's outputs may have (docs/specs.md): float64 a NaN with the same kind of
+# payload; the float8 types their NaN (e4m3fn has only one, so a computed NaN reads as poison);
+# integers and bool the byte 0xA5 in every byte (for bool an invalid value, never a written one).
+_SIGNED = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_FLOAT8_NAN = {"float8_e4m3fn": 0x7F, "float8_e5m2": 0x7E, "float8_e4m3fnuz": 0x80, "float8_e5m2fnuz": 0x80}
+
+
+def _poison(dtype: torch.dtype) -> tuple[torch.dtype, int]:
+    """(same-sized integer view, its value) that poisons ``dtype``."""
+    if dtype in POISON_BITS:
+        return _BITS_VIEW[dtype], POISON_BITS[dtype]
+    if dtype is torch.float64:
+        return torch.int64, 0x7FFA5A5A5A5A5A5A
+    name = str(dtype).removeprefix("torch.")
+    if name in _FLOAT8_NAN:
+        return torch.uint8, _FLOAT8_NAN[name]
+    size = torch.empty((), dtype=dtype).element_size()
+    if size == 1:
+        return torch.uint8, GUARD_BYTE
+    pattern = int.from_bytes(bytes([GUARD_BYTE]) * size, "little", signed=True)
+    return _SIGNED[size], pattern
+
+
 def poisoned(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    bits = torch.full(shape, POISON_BITS[dtype], dtype=_BITS_VIEW[dtype])
-    return bits.view(dtype)
+    view, value = _poison(dtype)
+    return torch.full(shape, value, dtype=view).view(dtype)
 
 
 def poison_mask(t: torch.Tensor) -> torch.Tensor:
     """True where an output element still holds the harness's poison bits."""
-    return t.view(_BITS_VIEW[t.dtype]) == POISON_BITS[t.dtype]
+    view, value = _poison(t.dtype)
+    return t.view(view) == value
 
 
 @dataclass
@@ -119,7 +143,9 @@ def allowed_returns(output_names: list[str]) -> str:
     return f"None, {first}, or the tuple ({names}) of the buffers passed in"
 
 
-def _declares_dump(kernel: Callable) -> bool:
+def declares_dump(kernel: Callable) -> bool:
+    """``kernel`` declares a keyword parameter ``dump`` (``**kwargs`` alone does not count): a
+    kernel, or a spec op's golden, that dumps its intermediates (docs/intermediates.md)."""
     try:
         p = inspect.signature(kernel).parameters.get("dump")
     except (TypeError, ValueError):
@@ -127,7 +153,7 @@ def _declares_dump(kernel: Callable) -> bool:
     return p is not None and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
 
 
-def _returned_problem(ret: Any, outputs: list[GuardedBuffer]) -> str | None:
+def _returned_problem(ret: Any, outputs: list[GuardedBuffer], by_name: bool = False) -> str | None:
     """None when ``ret`` is None, the first output, or all outputs in declared order; else what
     was returned and what is allowed, in one line."""
     if ret is None:
@@ -147,6 +173,15 @@ def _returned_problem(ret: Any, outputs: list[GuardedBuffer]) -> str | None:
     if same(ret, outputs[0]):
         return None
     allowed = allowed_returns([b.name for b in outputs])
+    if by_name and isinstance(ret, dict):      # a spec op's kernel: its outputs by name (docs/specs.md)
+        allowed += ", or a dict of them by name"
+        names = {b.name: b for b in outputs}
+        if set(ret) <= set(names) and all(same(t, names[k]) for k, t in ret.items()):
+            return None
+        wrong = next((k for k, t in ret.items() if k not in names or not same(t, names[k])), None)
+        return f"returned a dict whose {wrong!r} is {what(ret[wrong])}; allowed: {allowed}"
+    if by_name:
+        allowed += ", or a dict of them by name"
     if isinstance(ret, (tuple, list)):
         kind = type(ret).__name__
         if len(ret) == len(outputs) and all(map(same, ret, outputs)):
@@ -227,7 +262,7 @@ def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: 
     kwargs = kernel_kwargs(ci, device, buffers)
 
     verify_signature(kernel, kwargs, ci.op.name)
-    if dump is not None and _declares_dump(kernel):
+    if dump is not None and declares_dump(kernel):
         kwargs["dump"] = dump
     seal = InputSeal({a.name: kwargs[a.name] for a in ci.op.by_role("input")})
     ret = kernel(**kwargs)
@@ -238,7 +273,7 @@ def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: 
         outputs={a.name: by_name[a.name].view for a in ci.op.outputs},
         caches={a.name: by_name[a.name].view for a in ci.op.caches},
         guard_damage={name: buf.guard_damage() for name, buf in by_name.items()},
-        returned=_returned_problem(ret, [by_name[a.name] for a in ci.op.outputs]),
+        returned=_returned_problem(ret, [by_name[a.name] for a in ci.op.outputs], ci.op.returns_by_name),
         inputs_written=seal.written(),
         buffers=buffers,
     )

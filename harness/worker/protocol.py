@@ -48,6 +48,7 @@ class Stage(str, enum.Enum):
     LAUNCH = "launch"
     CHECK = "check"
     DETERMINISM = "determinism"
+    SPEC = "spec"            # a spec op's own code (building specs, creating tensors, its golden, its comparator)
 
     @property
     def harness_side(self) -> bool:

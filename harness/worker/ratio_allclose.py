@@ -144,6 +144,9 @@ MAP_CELLS = 64
 ULP_DTYPES: dict[torch.dtype, tuple[int, int]] = {
     torch.bfloat16: (8, -126),
     torch.float16: (11, -14),
+    # a spec op's float8 outputs (docs/specs.md)
+    **({torch.float8_e4m3fn: (4, -6)} if hasattr(torch, "float8_e4m3fn") else {}),
+    **({torch.float8_e5m2: (3, -14)} if hasattr(torch, "float8_e5m2") else {}),
 }
 _EXPONENT_MASK = {torch.float32: (torch.int32, 0x7F800000), torch.float64: (torch.int64, 0x7FF0000000000000)}
 
@@ -418,6 +421,30 @@ def _valid_rows(rows: Any, shape: tuple[int, ...]) -> torch.Tensor | None:
     return mask
 
 
+# Positives of a chunk are looked for in blocks of this many elements (``_positives``).
+_BLOCK = 256
+
+
+def _positives(x: torch.Tensor) -> torch.Tensor | None:
+    """Flat indices, ascending, of the elements of ``x`` (flat, no NaN) that are > 0, from the
+    maxima of its blocks: one read of ``x`` and work on the blocks that hold a positive; None when
+    those blocks cover a quarter of ``x`` or more (the caller takes a mask of the whole)."""
+    n = x.numel()
+    whole = n // _BLOCK * _BLOCK
+    hot = torch.nonzero(x[:whole].view(-1, _BLOCK).amax(1) > 0).flatten()
+    tail = x[whole:]
+    tail_hot = bool(tail.numel()) and tail.amax().item() > 0
+    if (hot.numel() * _BLOCK + tail_hot * tail.numel()) * 4 >= n:
+        return None
+    found = []
+    if hot.numel():
+        rows, cols = torch.nonzero(x[:whole].view(-1, _BLOCK)[hot] > 0).unbind(1)
+        found.append(hot[rows] * _BLOCK + cols)
+    if tail_hot:
+        found.append(torch.nonzero(tail > 0).flatten() + whole)
+    return torch.cat(found) if found else hot
+
+
 def _runs(mask: torch.Tensor | None, n: int) -> list[tuple[int, int]]:
     """Maximal [start, stop) runs of selected rows along dim 0."""
     if mask is None:
@@ -494,7 +521,7 @@ class _Walk:
         self.layout = layout
         self.slack = slack                    # per-element extra allowance, or None
         self.stored = stored                  # the bound admits half an ulp of it at |e| + atol, or None
-        self.s = None                         # this chunk's slice of it
+        self._s = self._sel = None            # this chunk's slice of it (``s``), and where it is
         self.dtype = dtype
         self.atol, self.rtol = atol, rtol
         # atol as the compute dtype holds it: tolerance >= this everywhere.
@@ -520,7 +547,7 @@ class _Walk:
         self.map_dims = map_dims
         if map_dims is not None:
             (self.map_block0, self.map_rows), (self.map_block1, self.map_cols) = (
-                _blocks(layout.shape[d]) for d in map_dims)
+                map_blocks(layout.shape[d]) for d in map_dims)
         self.bad = 0
         self.nonfinite_a = 0
         self.nonfinite_e = 0
@@ -529,6 +556,7 @@ class _Walk:
         self.worst: list[tuple[float, int, int, Index, float, float, float]] = []
         self.first: list[Index] = []
         self.seq = 0
+        self.dense = False                    # the last judged chunk had many bad elements
 
     # -- one chunk ---------------------------------------------------------
 
@@ -538,53 +566,120 @@ class _Walk:
         view_shape = (m,) + lay.shape[lay.split:]
         sel = outer + (slice(j, j + m),)
         a, e = actual[sel], expected[sel]
-        self.s = None if self.slack is None else self.slack[sel].to(self.dtype).reshape(-1)
+        self._sel, self._s = sel, None              # the slack's slice is made when needed (``s``)
         if a.dtype != self.dtype:
             a = self.buf_a[:n].view(view_shape).copy_(a)
         if e.dtype != self.dtype:
             e = self.buf_e[:n].view(view_shape).copy_(e)
         d = self.buf_d[:n].view(view_shape)
-        t = self.buf_t[:n].view(view_shape)
         torch.sub(a, e, out=d).abs_()
-        torch.abs(e, out=t)                          # |e| until the tolerance is formed
-        dmax = d.max().item()
+        dmax = d.amax().item()                       # NaN when either side is NaN (amax: twice max()'s speed)
         ctx = (outer, j, a, e)
         if math.isfinite(dmax):
             self._fast(ctx, n, dmax)
         else:
+            torch.abs(e, out=self.buf_t[:n].view(view_shape))
             self._nonfinite(ctx, n)
         self.seq += 1
 
+    @property
+    def s(self) -> torch.Tensor | None:
+        """This chunk's slice of the slack, flat, made when first read: a per-row atol's slack is
+        an expanded view, and a clean chunk never needs it."""
+        if self._s is None and self.slack is not None:
+            self._s = self.slack[self._sel].to(self.dtype).reshape(-1)
+        return self._s
+
     def _fast(self, ctx, n: int, dmax: float) -> None:
         d, t = self.buf_d[:n], self.buf_t[:n]
+        e = ctx[3]
         self._offer_max_abs(ctx, d, dmax)
+        judge = dmax > self.atol_c                   # else nothing can exceed atol + rtol*|e|
+        if judge:
+            torch.abs(e, out=t.view(e.shape))
         if dmax == 0:
             if self.max_rel < 0:                     # every rel error is 0: first one wins
                 self.max_rel, self.max_rel_at = 0.0, self.layout.index(ctx[0], ctx[1], 0)
         else:
-            r = torch.div(d, t, out=self.buf_r[:n])
-            rmax = r.max().item()
+            if judge:
+                r = torch.div(d, t, out=self.buf_r[:n])
+            else:   # |d| / e: the magnitude |d| / |e| exactly (IEEE division: sign apart, one rounding)
+                r = torch.div(d.view(e.shape), e, out=self.buf_r[:n].view(e.shape)).view(-1).abs_()
+            rmax = r.amax().item()
             if math.isnan(rmax):                     # 0/0 where both sides are 0
                 r.masked_fill_(torch.isnan(r), 0.0)
-                rmax = r.max().item()
+                rmax = r.amax().item()
             self._offer_max_rel(ctx, r, rmax)
-        if dmax <= self.atol_c:                      # nothing can exceed atol + rtol*|e|
+        if not judge:
             return
-        h = None if self.stored is None else half_ulp(t, self.stored, out=self.buf_r[:n])
-        t.mul_(self.rtol).add_(self.atol)
-        if h is not None:
-            torch.maximum(t, h.add_(self.atol), out=t)
-        if self.s is not None:
-            t.add_(self.s)
-        bad = torch.gt(d, t, out=self.buf_b[:n])
-        nbad = int(bad.sum().item())
+        qs = None
+        if self.stored is not None and self.dense:   # the floor over the whole chunk, as it will be needed
+            bad = torch.gt(d, self._floored(t, n), out=self.buf_b[:n])
+            nbad = int(bad.sum().item())
+        else:
+            tol = torch.mul(t, self.rtol, out=self.buf_r[:n]).add_(self.atol)
+            if self.s is not None:
+                tol.add_(self.s)
+            if self.dense:
+                bad = torch.gt(d, tol, out=self.buf_b[:n])
+                nbad = int(bad.sum().item())
+            else:
+                # d - tol > 0 exactly where d > tol (finite: IEEE subtraction is 0 only for equal
+                # values); the few positives are found from per-block maxima, without a bool
+                # mask of the chunk, and a chunk without any stops after one float pass
+                over = torch.sub(d, tol, out=tol)
+                qs = _positives(over)
+                if qs is None:
+                    bad = torch.gt(over, 0.0, out=self.buf_b[:n])
+                    nbad = int(bad.sum().item())
+                else:
+                    if not qs.numel():
+                        return
+                    bad, nbad = self.buf_b[:n], qs.numel()
+                    if nbad * _SPARSE >= n:          # dense after all: the mask, for _record_bad
+                        bad.zero_()[qs] = True
+                        qs = None
+            if self.stored is not None:
+                nbad, qs = self._floor(bad, nbad, d, t, qs)
+        # the next chunk is judged as this one was (many bad: the mask at once); any way is exact
+        self.dense = nbad * _SPARSE >= n
         if not nbad:
             return
         self.bad += nbad
         # Keys are |diff| of bad elements; a chunk whose largest |diff| cannot
         # beat the current 5th worst (ties go to earlier chunks) is not ranked.
         could_rank = len(self.worst) < _KEEP_WORST or dmax > -self.worst[-1][0]
-        self._record_bad(ctx, bad, nbad, d, could_rank)
+        self._record_bad(ctx, bad, nbad, d, could_rank, qs)
+
+    def _floored(self, t: torch.Tensor, n: int) -> torch.Tensor:
+        """``max(atol + rtol*|e|, half_ulp(e) + atol) [+ slack]`` over the chunk (``t`` = |e|, overwritten)."""
+        h = half_ulp(t, self.stored, out=self.buf_r[:n])
+        tol = t.mul_(self.rtol).add_(self.atol)
+        torch.maximum(tol, h.add_(self.atol), out=tol)
+        if self.s is not None:
+            tol.add_(self.s)
+        return tol
+
+    def _floor(self, bad: torch.Tensor, nbad: int, d: torch.Tensor, t: torch.Tensor,
+               candidates: torch.Tensor | None = None) -> tuple[int, torch.Tensor | None]:
+        """Apply the half-ulp floor ``max(atol + rtol*|e|, half_ulp(e) + atol) [+ slack]`` to the
+        elements over ``atol + rtol*|e| [+ slack]``: the floor only raises the bound (rounding is
+        monotone), so no other element can be bad, and few candidates are judged alone. ``t``
+        holds |e|; returns the bad count and, when the candidates were few, the bad elements'
+        flat indices (``_record_bad`` would look for them again). ``candidates``: their flat
+        indices when known (``bad`` is then not filled in)."""
+        n = bad.numel()
+        if nbad * _SPARSE >= n:                      # many candidates: the whole chunk at once
+            return int(torch.gt(d, self._floored(t, n), out=bad).sum().item()), None
+        c = torch.nonzero(bad).flatten() if candidates is None else candidates
+        e_abs = t[c]
+        tol = e_abs.mul(self.rtol).add_(self.atol)   # the same two roundings as the chunk's
+        torch.maximum(tol, half_ulp(e_abs, self.stored).add_(self.atol), out=tol)
+        if self.s is not None:
+            tol.add_(self.s[c])
+        keep = torch.gt(d[c], tol)
+        qs = c[keep]
+        return qs.numel(), qs
 
     def _nonfinite(self, ctx, n: int) -> None:
         _, _, a, e = ctx
@@ -617,10 +712,11 @@ class _Walk:
     def _offer_max_abs(self, ctx, d: torch.Tensor, dmax: float) -> None:
         if dmax > self.max_abs:
             q = int(torch.argmax(d).item())          # first occurrence
-            outer, j, _, _ = ctx
+            outer, j, _, e = ctx
             self.max_abs = dmax
             self.max_abs_at = self.layout.index(outer, j, q)
-            e_abs = self.buf_t.view(-1)[q].item()    # still |e| here
+            local = (self.max_abs_at[len(outer)] - j,) + self.max_abs_at[len(outer) + 1:]
+            e_abs = abs(e[local].item())             # |e| there, in the compute dtype
             self.max_abs_allowed = self.atol + self.rtol * e_abs
             if self.stored is not None:
                 self.max_abs_allowed = max(self.max_abs_allowed, _half_ulp_scalar(e_abs, self.stored) + self.atol)
@@ -643,12 +739,13 @@ class _Walk:
             self.map_counts = torch.zeros(self.map_rows * self.map_cols, dtype=torch.int64)
 
     def _record_bad(self, ctx, bad: torch.Tensor, nbad: int, key: torch.Tensor,
-                    rank: bool) -> None:
+                    rank: bool, qs: torch.Tensor | None = None) -> None:
         """First bad indices, worst elements and localisation counts of one chunk.
 
         ``key`` ranks bad elements (|diff|, NaN as inf); only its values at bad
         elements are read.  Sparse chunks work from the bad elements' flat
-        indices (one nonzero); dense ones from reductions over the mask.
+        indices (one nonzero, or ``qs`` when the caller has them); dense ones from reductions
+        over the mask.
         """
         outer, j = ctx[0], ctx[1]
         flat, key = bad.view(-1), key.view(-1)
@@ -656,7 +753,7 @@ class _Walk:
         if self.loc_dims and not self.counts:
             self._counters()
         if nbad * _SPARSE < flat.numel():
-            qs = torch.nonzero(flat).flatten()
+            qs = torch.nonzero(flat).flatten() if qs is None else qs
             if len(self.first) < _KEEP_FIRST:
                 self.first.extend(self.layout.index(outer, j, q)
                                   for q in qs[:_KEEP_FIRST - len(self.first)].tolist())
@@ -765,7 +862,7 @@ class _Walk:
                 row.index_add_(0, cols, per_row)
             else:
                 others = [i for i in range(per_col.dim()) if i != d1 - d]
-                row += _sum_blocks(per_col.sum(others) if others else per_col, k1).to("cpu")
+                row += sum_blocks(per_col.sum(others) if others else per_col, k1).to("cpu")
             return
         # A (rows, n1) grid of counts (within one chunk's size), summed in blocks
         # along d1 by a strided view, then its rows added to their cells.
@@ -778,7 +875,7 @@ class _Walk:
             others = [i for i in range(per_col.dim()) if i not in (d0 - d, d1 - d)]
             counts = per_col.sum(others) if others else per_col
             rows = torch.arange(counts.shape[0], dtype=torch.int64) // k0
-        grid2.index_add_(0, rows, _sum_blocks(counts, k1).to("cpu", torch.int64))
+        grid2.index_add_(0, rows, sum_blocks(counts, k1).to("cpu", torch.int64))
 
     # -- the result ------------------------------------------------------------
 
@@ -836,13 +933,13 @@ def _clean_ratios(shape: tuple[int, ...], dim: int, mask: torch.Tensor | None, n
     return (0.0 if per_index else math.nan,) * shape[dim]
 
 
-def _blocks(n: int) -> tuple[int, int]:
+def map_blocks(n: int) -> tuple[int, int]:
     """Block size (``ceil(n / MAP_CELLS)``, at least 1) and number of cells for ``n`` indices."""
     block = max(1, -(-n // MAP_CELLS))
     return block, -(-n // block)
 
 
-def _sum_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
+def sum_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
     """Sums of consecutive ``block``-sized runs along the last dim (the last run may be
     shorter), through a strided view: no copy of ``x``.  Bool counts as 0/1."""
     n = x.shape[-1]
@@ -877,11 +974,11 @@ def _map(walk: "_Walk", named: dict[int, str], shape: tuple[int, ...],
     if walk.map_dims is None or not walk.bad:
         return None
     d0, d1 = walk.map_dims
-    (block0, rows0), (block1, cols1) = _blocks(shape[d0]), _blocks(shape[d1])
+    (block0, rows0), (block1, cols1) = map_blocks(shape[d0]), map_blocks(shape[d1])
     # Compared elements per (i0, i1) are a product u[i0] * v[i1] * rest: only
     # dim 0 can be masked (``rows``), and d0 < d1, so only u can vary.
     if d0 == 0 and mask is not None:
-        u_cells = _sum_blocks(mask, block0).to(torch.float64)
+        u_cells = sum_blocks(mask, block0).to(torch.float64)
         rest = math.prod(n for k, n in enumerate(shape) if k not in (d0, d1))
     else:
         u_cells = _block_sizes(shape[d0], block0)

@@ -131,16 +131,17 @@ def lifeline(front_end_pid: int) -> None:
     threading.Thread(target=_watch, args=(front_end_pid,), name="harness-lifeline", daemon=True).start()
 
 
-def serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
+def serve(conn: Connection, device_text: str, golden_dtype: str, forked: bool = False) -> int:
     """The message loop: announce readiness, then run cases until ``Stop`` or the pipe closes;
-    then nothing a kernel started is left below the worker."""
+    then nothing a kernel started is left below the worker.  ``forked``: from the zygote, which has
+    run nothing but imports."""
     try:
-        return _serve(conn, device_text, golden_dtype)
+        return _serve(conn, device_text, golden_dtype, forked)
     finally:
         end_descendants()
 
 
-def _serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
+def _serve(conn: Connection, device_text: str, golden_dtype: str, forked: bool = False) -> int:
     faulthandler.enable(all_threads=True)           # fatal signals: stacks to fd 2 (the case log)
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
@@ -149,7 +150,7 @@ def _serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
     from harness.worker.determinism import Baselines
     from harness.worker.execute import KernelLoader, execute_case
     from harness.worker.hooks import install_audit_sentinel
-    from harness.worker.hygiene import snapshot, warm_up
+    from harness.worker.hygiene import freeze_baseline, snapshot, warm_up
     from harness.worker import repeats as reuse
 
     device = local_device(parse_device(device_text))   # a pinned worker's only device (docs/ascend.md)
@@ -172,6 +173,7 @@ def _serve(conn: Connection, device_text: str, golden_dtype: str) -> int:
         except Exception:      # a device that fails here fails the first case too, which classifies it
             pass
     install_audit_sentinel()
+    freeze_baseline(collect=not forked)    # the full collection after each launch walks only what came since
     pristine = snapshot()      # every case's state is compared with this (hygiene.drift)
     # no root: this process never writes a golden; it reads the golden process's files
     golden_cache = GoldenCache(None)
@@ -233,7 +235,7 @@ def forked_main(conn: Connection, device_text: str, golden_dtype: str,
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))    # as a fresh interpreter reads it
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:0] = [p for p in paths if p not in sys.path]
-    sys.exit(serve(conn, device_text, golden_dtype))
+    sys.exit(serve(conn, device_text, golden_dtype, forked=True))
 
 
 def main(argv: list[str] | None = None) -> int:

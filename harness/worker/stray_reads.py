@@ -4,7 +4,7 @@ finders (``harness.worker.hints.find_hint``).
 The generator fills every cache row a case must not read with a hot canary
 (``harness.worker.inputs``): a key any query scores far above every real key, and a value
 row whose every element has 16 <= |x| < 48, while every value a sequence may read (its
-context rows, and the fresh ``v_proj·inv_rms`` of the fused ops) stays below 6.7.  An
+context rows, and the fresh ``v_proj·inv_rms`` of the fused ops, scaled or not) stays below 6.7.  An
 attention output is a convex combination of the value rows it reads, so an output row
 beyond every readable value is evidence, and one that equals a canary value row (a
 dominant stray key) names the row that was read; a row the launch itself writes, read before
@@ -31,7 +31,10 @@ def hint(ci: CaseInputs, name: str, actual: torch.Tensor, compared: torch.Tensor
     canary = (rows.abs() >= CANARY_VALUE_MIN).all(-1)         # [slots, Hkv]
     readable = torch.where(canary[..., None], 0.0, rows.abs()).amax()
     if "v_proj" in ci.args:
-        fresh = (ci.args["v_proj"].float() * ci.args["inv_rms"].float()).abs().max()
+        # the fresh row as the contract scales it, and as a kernel that forgets inv_rms (or applies it
+        # twice) leaves it: a magnitude the kernel's own arithmetic reaches is no evidence of a read
+        v, s = ci.args["v_proj"].float(), ci.args["inv_rms"].float()
+        fresh = torch.stack([(v * s).abs().max(), v.abs().max(), (v * s * s).abs().max()]).max()
         readable = torch.maximum(readable, fresh.to(readable.device))
     bound = float(readable) * (1 + 2 ** -7) + 1e-3            # one bf16 rounding of the largest readable value
     out = actual.float().to(rows.device)

@@ -1,11 +1,13 @@
 """The least a case's op must move and compute, from its inputs (runs in the device worker; docs/latency.md).
 
-Bytes: every read-only input read once, the KV rows the sequences attend read once per layer
+Bytes: every read-only input read once (a spec op's: every input its specs declare), the KV rows the sequences attend read once per layer
 (not the whole cache: decode reads the pages of each sequence, and those dominate), the
 outputs written once and the cache rows at valid slots written once per layer.  Flops: the two
 attention products (``4·Hq·D`` per attended token and query row, per layer) and, for
 ``decode_layers``, ``2·B`` per weight element applied per layer plus the LM head.  Lower bounds
-by construction: achieved GB/s over these is what the kernel must at least have moved.
+by construction: achieved GB/s over these is what the kernel must at least have moved.  A spec
+op (docs/specs.md) moves its input specs' bytes read and its output specs' bytes written; its
+flops are not counted (None).
 """
 from __future__ import annotations
 
@@ -47,9 +49,9 @@ def _attended(ci: CaseInputs) -> tuple[int, int]:
 
 def work(ci: CaseInputs) -> Work:
     layers = int(ci.sizes.get("L", 1)) if ci.op.name == "decode_layers" else 1
-    caches = {a.name: ci.args[a.name] for a in ci.op.caches}
-    k = next(iter(caches.values()))
-    row_bytes = k.shape[-2] * k.shape[-1] * k.element_size()      # one token's K (or V) across its heads
+    caches = [ci.args[a.name] for a in ci.op.caches]
+    # one token's K (or V) across its heads; a spec op has no cache: its inputs and outputs are all it moves
+    row_bytes = caches[0].shape[-2] * caches[0].shape[-1] * caches[0].element_size() if caches else 0
     read = sum(_nbytes(ci.args[a.name]) for a in ci.op.by_role("input"))
     written_rows = int((ci.slots >= 0).sum()) if ci.op.writes_cache else 0
     written = sum(_nbytes(torch.empty(shape, dtype=dtype, device="meta")) for shape, dtype in ci.outputs.values())

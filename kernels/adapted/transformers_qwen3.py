@@ -21,6 +21,20 @@ from torch import nn
 from harness.adapters import adapt, fia_pages, per_layer, returns
 from harness.kernels.adapted._contract import F32, gather, write
 
+def _import_failed(exc: ImportError) -> str:
+    """What stopped the import, named: transformers absent, or installed but failing inside (too old,
+    or something it imports broken or shadowed), never "install it" when it is installed."""
+    import importlib.metadata
+    if isinstance(exc, ModuleNotFoundError) and exc.name == "transformers":
+        return f"transformers-qwen3 needs `pip install transformers` (>= 4.51): {exc}"
+    try:
+        version = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return f"transformers-qwen3 needs `pip install transformers` (>= 4.51): {exc}"
+    return (f"transformers-qwen3: transformers {version} is installed, but importing what this kernel uses "
+            f"from it failed (it needs >= 4.51): {exc}")
+
+
 try:
     from transformers import Qwen3Config
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -28,7 +42,7 @@ try:
         Qwen3DecoderLayer, Qwen3RMSNorm, apply_rotary_pos_emb, eager_attention_forward,
     )
 except ImportError as exc:
-    raise ImportError(f"transformers-qwen3 needs `pip install transformers` (>= 4.51): {exc}") from exc
+    raise ImportError(_import_failed(exc)) from exc
 
 NAME = "transformers-qwen3"
 

@@ -36,7 +36,8 @@ MUTANT_VAR = "HARNESS_MUTANT"
 KERNEL_VAR = "HARNESS_MUTANT_KERNEL"
 DELTA_VAR = "HARNESS_MUTANT_DELTA"
 SHAPE_VAR = "HARNESS_MUTANT_SHAPE"     # head_perturbed: "head" (default) or "block"
-OUTPUT_VAR = "HARNESS_MUTANT_OUTPUT"   # head_perturbed: the output it scales (default the first)
+OUTPUT_VAR = "HARNESS_MUTANT_OUTPUT"   # the output it acts on (default the op's first; a spec op's set)
+INPUT_VAR = "HARNESS_MUTANT_INPUT"     # input_clobber: the input it writes (default the op's first)
 
 # Operators inside the computation: the reference kernel with the bug, by class.
 INTERNAL = {
@@ -60,8 +61,9 @@ def _load(path: str) -> Callable[..., Any]:
     return _loaded[path]
 
 
-def _first_output(op: str, args: dict[str, Any]) -> Tensor:
-    return args["out"] if "out" in args else args["query"] if op == "rope_kv_write" else args["logits"]
+def _first_output(op: str | None, args: dict[str, Any]) -> Tensor:
+    """The output the operator acts on: the one the audit named (always, for a spec op), else the op's first."""
+    return args[os.environ.get(OUTPUT_VAR) or OPS[op].outputs[0].name]
 
 
 def _valid_rows(args: dict[str, Any]) -> list[tuple[int, int]]:
@@ -76,10 +78,15 @@ def _slot_rows(cache: Tensor) -> Tensor:
     return layer.reshape(-1, Hkv, D)
 
 
-def _perturbed(out: Tensor, shape: str) -> Tensor:
+def _perturbed(out: Tensor, shape: str, op: str | None) -> Tensor:
     """What ``head_perturbed`` scales: one head of the first row (a quarter of the row where the
-    output has no heads); ``block``: a quarter of that head (a sixteenth of the row)."""
-    row = out[0, 0] if out.dim() == 3 else out[0, : max(1, out.shape[-1] // 4)]
+    output has no heads: a spec op's, every dim after the first taken as the row); ``block``: a
+    quarter of that head (a sixteenth of the row)."""
+    if out.dim() == 3 and op is not None:     # a builtin op's [rows, heads, D]
+        row = out[0, 0]
+    else:
+        flat = out.reshape(out.shape[0], -1)[0] if out.dim() >= 2 else out.reshape(-1)
+        row = flat[: max(1, flat.shape[-1] // 4)]
     return row[: max(1, row.shape[-1] // 4)] if shape == "block" else row
 
 
@@ -108,9 +115,17 @@ def _after(name: str, op: str, args: dict[str, Any], seen: dict[str, Any]) -> No
     elif name == "head_perturbed":
         out = args[os.environ[OUTPUT_VAR]] if os.environ.get(OUTPUT_VAR) else _first_output(op, args)
         delta = float(os.environ[DELTA_VAR])       # no default: the audit always says which delta it ran
-        _perturbed(out, os.environ.get(SHAPE_VAR, "head")).mul_(1 + delta)
+        _perturbed(out, os.environ.get(SHAPE_VAR, "head"), op).mul_(1 + delta)
     elif name == "input_clobber":
-        args[OPS[op].by_role("input")[0].name].view(-1)[0] += 1
+        flat = args[os.environ.get(INPUT_VAR) or OPS[op].by_role("input")[0].name].view(-1)
+        if flat.dtype is torch.bool:
+            flat[0] = ~flat[0]
+        else:
+            flat[0] += 1
+    elif name == "row_dropped":
+        out = _first_output(op, args)
+        if out.dim() and out.shape[0] > 1:     # an off-by-one row index: the last row's result never lands
+            out[-1].copy_(out[-2])
     elif name == "slot_minus_one_write":
         for c in ("k_cache", "v_cache"):
             cache = args[c]
@@ -174,11 +189,12 @@ def _internal(name: str, op: str) -> Callable[..., Any]:
     return getattr(LastLayerOnly(mutant) if op == "decode_layers" else mutant, op)
 
 
-def mutate(op: str, args: dict[str, Any]) -> Any:
+def mutate(op: str | None, args: dict[str, Any]) -> Any:
+    """``op``: the builtin op the case runs, None for a spec op (its kernel is a full import path)."""
     name = os.environ[MUTANT_VAR]
     if name in INTERNAL:
         return _internal(name, op)(**args)
-    kernel = _load(target(os.environ[KERNEL_VAR], op))
+    kernel = _load(os.environ[KERNEL_VAR] if op is None else target(os.environ[KERNEL_VAR], op))
     seen = _before(name, op, args)
     returned = kernel(**args)
     _after(name, op, args, seen)
@@ -187,3 +203,9 @@ def mutate(op: str, args: dict[str, Any]) -> Any:
 
 (rope_kv_write, paged_decode_attention, fused_rope_decode_attention, prefill_attention,
  decode_layers) = for_every_op(mutate)
+
+
+def spec_op(**args: Any) -> Any:
+    """A spec op's case (docs/specs.md): its own kernel, called ``fn(**tensors)``, with the operator
+    around it; which output and input it acts on come in the environment."""
+    return mutate(None, args)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import shlex
 import signal
 import sqlite3
 import subprocess
@@ -13,8 +15,8 @@ import time
 
 import pytest
 
-from helpers import results_by_id, run_harness, write_case_file
-from serving_repo import COUNTER_ENV, case_files, make_serving_repo
+from helpers import ROOT, results_by_id, run_harness, write_case_file
+from serving_repo import COUNTER_ENV, case_files, make_kernel_library, make_serving_checkout, make_serving_repo
 
 FAIL_P = 0.6
 
@@ -81,6 +83,13 @@ def test_bisect_names_the_commit_where_the_repro_starts_failing(tmp_path, servin
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"first bad commit: {repo.culprit}" in proc.stdout
     assert "signature DEVICE_FAULT:507018" in proc.stdout
+    printed = proc.stdout.split("it printed:", 1)[1].split("  commit ", 1)[0]    # what the repro said, in the conclusion
+    assert "error code is 507018" in printed, proc.stdout
+    # the stored bisect, rendered again: its culprit and what the command printed
+    bisect_id = proc.stdout.split("\nbisect ")[-1].split(" stored in ", 1)[0]
+    report = run_harness("report", bisect_id, "--store", str(store), cwd=tmp_path, timeout=60)
+    shown = report.stdout.replace("\\", "")
+    assert f"**First bad commit**: `{repo.culprit[:12]}`" in shown and "error code is 507018" in shown, report.stdout
 
 
 def test_a_mixed_run_of_a_kernel_case_and_command_cases(tmp_path, golden_cache_dir):
@@ -201,3 +210,55 @@ def test_shards_of_command_cases_merge_into_one_report(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     labels = sorted(r["label"] for r in json.loads((tmp_path / "all.json").read_text())["results"])
     assert labels == ["FAILED", "FAILED", "FAILED", "PASS"]
+
+
+def _recipe() -> tuple[dict[str, str], str]:
+    """docs/commands.md, "The seed's table with one command": its case files (named by their first
+    line) and its command, as a user copies them."""
+    text = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    section = text.split("## The seed's table with one command", 1)[1].split("\n## ", 1)[0]
+    files = {m.group(1): m.group(0).split("\n", 1)[1] for m in
+             re.finditer(r"(?<=```yaml\n)# cases/serving/(\S+\.yaml)\n.*?(?=```)", section, re.S)}
+    command = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
+    return files, command
+
+
+def _replaced(text: str, *pairs: tuple[str, str]) -> str:
+    for old, new in pairs:
+        assert old in text, f"docs/commands.md no longer says {old!r}: update this test with it"
+        text = text.replace(old, new)
+    return text
+
+
+def test_the_pr_table_recipe_of_the_docs_switches_the_kernel_library_under_a_fixed_serving_checkout(tmp_path):
+    """The docs' recipe as written (paths, refs, device and repeats replaced, nothing else): the
+    serving checkout stays, the kernel library switches from upstream to the fix."""
+    library = make_kernel_library(tmp_path / "pypto", commits=4, culprit=1, fail_p=FAIL_P)
+    serving = make_serving_checkout(tmp_path / "serving")
+    files, command = _recipe()
+    assert set(files) == {"repro.yaml", "suites.yaml"}
+    for name, text in files.items():
+        write_case_file(tmp_path / "cases" / "serving", name, _replaced(text, ("/src/serving", str(serving))))
+    command = _replaced(command, ("~/src/pypto", str(library.path)), ("origin/main", "main"),
+                        ("fork/fix-507018", "fix"), ("--devices npu:0-7", "--device cpu"), ("--repeat 5", "--repeat 3"))
+    argv = shlex.split(command)
+    assert argv[0] == "harness"
+    env = {COUNTER_ENV: str(tmp_path / "calls"), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    proc = run_harness(*argv[1:], "--worktree-cache", str(tmp_path / "wt"), "--store", str(tmp_path / "s.sqlite"),
+                       "--no-progress", cwd=tmp_path, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr        # the fix passes everything
+    # upstream first, iteration-major: repro draws call 2i, the suite's test_decode call 2i+1
+    repro_fails = sum(_fails(2 * i) for i in range(3))
+    decode_fails = sum(_fails(2 * i + 1) for i in range(3))
+    table = (tmp_path / "pr-comment.md").read_text().replace("\\", "")
+    row = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
+    assert f"| {3 - repro_fails}/3 PASS, {repro_fails}/3 FAIL_507018" in row["repro"] and "| 3/3 PASS |" in row["repro"]
+    decode = row["serving::tests/test_serving.py::test_decode"]
+    assert f"| {3 - decode_fails}/3 PASS, {decode_fails}/3 FAIL_507018" in decode and "| 3/3 PASS |" in decode
+    assert row["serving::tests/test_serving.py::test_prefill"].count("3/3 PASS") == 2
+    # the library came from each ref's worktree, the serving code from the fixed checkout
+    report = run_harness("report", "--store", str(tmp_path / "s.sqlite"), "--json", "r.json", cwd=tmp_path)
+    assert report.returncode in (0, 1), report.stdout + report.stderr
+    results = json.loads((tmp_path / "r.json").read_text())["results"]
+    suite = [r["metrics"]["command"] for r in results if r["case_id"] == "serving"]
+    assert all(c["cwd"] == str(serving) and c["env"]["PYTHONPATH"].startswith(str(tmp_path / "wt")) for c in suite)

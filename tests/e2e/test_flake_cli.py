@@ -172,11 +172,17 @@ def test_compare_two_stored_hunts_with_fisher(tmp_path, fix_hunts):
     assert before.returncode == 1 and after.returncode == 0
     run_a = json.loads((tmp_path / "a.json").read_text())["run_id"]
     run_b = json.loads((tmp_path / "b.json").read_text())["run_id"]
-    cmp = run_harness("flake", "--compare", run_a, run_b, "--store", str(tmp_path / "results.sqlite"), cwd=tmp_path)
+    cmp = run_harness("flake", "--compare", run_a, run_b, "--store", str(tmp_path / "results.sqlite"),
+                      "--markdown", str(tmp_path / "cmp.md"), cwd=tmp_path)
     assert cmp.returncode == 0, cmp.stdout + cmp.stderr
     k = len(racy_head.failures("cmp", 12, 0.8))
     p = stats.fisher_exact(k, 12, 0, 12)
     assert f"racy: {k}/12 failed" in cmp.stdout and f"Fisher exact p = {p:.3g}: fixed" in cmp.stdout
+    md = (tmp_path / "cmp.md").read_text()
+    assert f"| racy | {k}/12 failed" in md and f"| {p:.3g} | fixed |" in md      # --markdown is written
+    html = run_harness("flake", "--compare", run_a, run_b, "--store", str(tmp_path / "results.sqlite"),
+                       "--html", str(tmp_path / "cmp.html"), cwd=tmp_path)
+    assert html.returncode == 2 and html.stderr.strip().endswith("--html: flake --compare writes --json and --markdown only")
     reverse = run_harness("flake", "--compare", str(tmp_path / "b.json"), str(tmp_path / "a.json"), cwd=tmp_path)
     assert reverse.returncode == 1 and "regressed" in reverse.stdout
 

@@ -34,9 +34,9 @@ def test_the_hint_is_in_the_summary_the_json_and_the_markdown(tmp_path, golden_c
     pairs, into_out, exact = (by_kernel[k] for k in ("outside.rope_pairs", "outside.query_into_out",
                                                      "outside.exact_round_once"))
     assert pairs["outcome"] == "MISMATCH"
-    assert pairs["hint"] == "looks like interleaved RoPE (GPT-J pairs) instead of NeoX halves"
-    assert pairs["summary"].endswith("; hint: looks like interleaved RoPE (GPT-J pairs) instead of NeoX halves")
-    assert pairs["report"].endswith("\nhint: looks like interleaved RoPE (GPT-J pairs) instead of NeoX halves")
+    assert pairs["hint"] == "looks like interleaved RoPE (GPT-J pairs) instead of NeoX halves (in out, query, k_cache)"
+    assert pairs["summary"].endswith("; hint: looks like interleaved RoPE (GPT-J pairs) instead of NeoX halves (in out, query, k_cache)")
+    assert pairs["report"].endswith("\nhint: looks like interleaved RoPE (GPT-J pairs) instead of NeoX halves (in out, query, k_cache)")
     assert into_out["outcome"] == "MISMATCH" and into_out["hint"] == "out holds what query should"
     assert into_out["summary"].startswith("out: ") and into_out["summary"].endswith("; hint: out holds what query should")
     assert exact["outcome"] == "PASS" and exact["hint"] == "" and "hint" not in exact["summary"]

@@ -41,7 +41,7 @@ def test_matrix_past_the_cap(tmp_path):
                    for k in ("seed", "batch", "page_size", "hidden", "vocab", "intermediate", "num_layers"))
     path = write_case_file(tmp_path, "big.yaml", "op: rope_kv_write\nmatrix:\n" + axes)
     _refused(run_harness("run", str(path), "--no-store", cwd=tmp_path, timeout=FAST),
-             "big.yaml:2:1: matrix: expands to 10000000 cases, more than the cap of 1000000 (--max-cases)")
+             "big.yaml:2:1: matrix: expands to 10000000 cases, more than the cap of 100000 (--max-cases)")
 
 
 @pytest.mark.parametrize("line, fragment", [
@@ -215,3 +215,39 @@ def test_special_files_given_to_path_flags_are_refused_before_any_case(tmp_path,
     (tmp_path / "plain").write_text("")
     store = [] if flag == "--store" else ["--no-store"]
     _refused(run_harness("run", str(path), *store, flag, value, cwd=tmp_path, timeout=FAST), fragment)
+
+
+def _kinds(tmp_path):
+    """A FIFO, a bound UNIX socket and a symlink loop in ``tmp_path`` (a device: /dev/zero)."""
+    import socket
+    os.mkfifo(tmp_path / "fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    os.symlink("loop2", tmp_path / "loop1")
+    os.symlink("loop1", tmp_path / "loop2")
+    return sock
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["run", "ok.yaml", "--no-store", "--kernel-path", "fifo"], "--kernel-path fifo: is a FIFO"),
+    (["list", "ok.yaml", "--kernel-path", "sock"], "--kernel-path sock: is a socket"),
+    (["run", "ok.yaml", "--no-store", "--kernel-path", "/dev/zero"], "--kernel-path /dev/zero: is a device"),
+    (["run", "ok.yaml", "--no-store", "--kernel-path", "loop1"], "--kernel-path loop1: is a symlink loop"),
+    (["run", "ok.yaml", "--no-store", "--rules", "fifo"], "--rules fifo: is a FIFO"),
+    (["report", "fifo"], "report fifo: is a FIFO"),
+    (["list", "cases"], "b.yaml: is a symlink loop (it never reaches a file), not a case file"),
+    (["list", "big_seed.yaml"], "big_seed.yaml:2:7: seed: an integer of 5000 digits"),
+])
+def test_path_flags_naming_a_fifo_socket_device_or_loop_and_huge_integers_exit_2(tmp_path, argv, fragment):
+    """Issue 37, item 6: --kernel-path a FIFO hung with no output; a symlink loop in a case
+    directory and a seed of 5000 digits were exit 3 (RuntimeError, ValueError)."""
+    write_case_file(tmp_path, "ok.yaml", OK)
+    write_case_file(tmp_path, "big_seed.yaml", OK + "seed: " + "9" * 5000 + "\n")
+    write_case_file(tmp_path / "cases", "a.yaml", OK)
+    os.symlink("c.yaml", tmp_path / "cases" / "b.yaml")
+    os.symlink("b.yaml", tmp_path / "cases" / "c.yaml")
+    sock = _kinds(tmp_path)
+    try:
+        _refused(run_harness(*argv, cwd=tmp_path, timeout=FAST), fragment)
+    finally:
+        sock.close()

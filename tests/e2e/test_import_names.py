@@ -90,3 +90,68 @@ def test_the_wheel_installs_only_under_harness(tmp_path):
         rel = init.relative_to(ROOT).as_posix()
         rel = rel if rel.startswith("harness/") else f"harness/{rel}"
         assert rel in names, f"{rel} missing from the wheel (add its package to pyproject.toml)"
+
+
+# --- run from the checkout's root: its kernels/ and goldens/ folders must not answer the bare names ---
+
+_OTHER_KERNELS = "MARK = 'the other kernels'\n"
+
+
+def _python_at_root(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -c`` with the repository root as the current directory (so ``""`` on sys.path is it)."""
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def test_from_the_root_a_bare_kernels_import_gets_the_other_distribution(tmp_path):
+    other = tmp_path / "site"
+    (other / "kernels").mkdir(parents=True)
+    (other / "kernels" / "__init__.py").write_text(_OTHER_KERNELS)
+    proc = _python_at_root(
+        "import sys, kernels, harness.kernels.reference\n"
+        "assert sys.path[0] == ''\n"                 # the root is on the path, ahead of the other one
+        "print(kernels.MARK, sys.modules['kernels'] is kernels)\n"
+        "try:\n    import kernels.reference\nexcept ModuleNotFoundError as e:\n    print('no', e.name)\n",
+        env={"PYTHONPATH": str(other)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["the other kernels True", "no kernels.reference"]
+
+
+def test_from_the_root_bare_names_with_no_other_provider_are_not_found():
+    # only the root and the standard library on the path: nothing else provides `kernels` or `goldens`
+    code = ("import sys, sysconfig\n"
+            "sys.path[:] = ['', sysconfig.get_paths()['stdlib'], sysconfig.get_paths()['platstdlib']]\n"
+            "for name in ('kernels', 'goldens'):\n"
+            "    try:\n        __import__(name)\n        print(name, 'imported')\n"
+            "    except ModuleNotFoundError as e:\n        print(name, 'missing', e.name, name in sys.modules)\n")
+    proc = _python_at_root(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["kernels missing kernels False", "goldens missing goldens False"]
+
+
+TRANSFORMERS_CASES = """\
+    name: hf
+    op: rope_kv_write
+    matrix:
+      seed: [0]
+    include:
+      - {name: shipped, kernel: transformers-qwen3, seed: 1}
+      - {name: outside, kernel: "outside.transformers_qwen3:rope_kv_write", seed: 2}
+    """
+
+
+def test_transformers_kernels_pass_run_from_the_repository_root(tmp_path, golden_cache_dir):
+    """transformers 5 imports the PyPI `kernels`; run from the root (python -m harness, workers
+    started with -m there) our folder must not stand in its way."""
+    import pytest
+    pytest.importorskip("transformers")
+    cases = write_case_file(tmp_path / "cases", "hf.yaml", TRANSFORMERS_CASES)
+    out = tmp_path / "out.json"
+    proc = run_harness("run", str(cases), "-k", "shipped or outside", "--kernel-path", "tests/outside_kernels",
+                       "--golden-cache", str(golden_cache_dir), "--store", str(tmp_path / "r.sqlite"),
+                       "--log-dir", str(tmp_path / "logs"), "--json", str(out), "--no-progress",
+                       cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(out.read_text())["results"]
+    assert sorted((r["kernel"], r["outcome"]) for r in results) == [
+        ("outside.transformers_qwen3:rope_kv_write", "PASS"), ("transformers-qwen3", "PASS")]

@@ -46,6 +46,13 @@ def test_run_names_the_first_bad_intermediate_in_json_junit_and_terminal(tmp_pat
     assert "first bad intermediate" in proc.stdout
 
 
+def table_digest(case) -> str:
+    """The case's inputs digest, as a run's ``metrics.inputs_digest`` gives it."""
+    from harness.worker.input_digest import digest_inputs
+    ci = generate(case, torch.device("cpu"))
+    return digest_inputs(ci.op, {**ci.args, **ci.initial}).digest
+
+
 def test_dumps_compares_a_folder_written_elsewhere(tmp_path, golden_cache_dir):
     cases = write_case_file(tmp_path, "im.yaml", MATRIX)
     case = next(c for c in load_paths([cases]) if c.kernel == "stale_kv")
@@ -58,9 +65,20 @@ def test_dumps_compares_a_folder_written_elsewhere(tmp_path, golden_cache_dir):
     proc = run_harness("dumps", case.case_id, str(folder), "--cases", str(cases), "--golden-cache",
                        str(golden_cache_dir), "--json", "t.json", cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("first bad intermediate q_rope (")
+    said, headline = proc.stdout.splitlines()[:2]
+    assert said == f"compared with case {case.case_id} (seed 0, inputs digest {table_digest(case)}, fp32 golden)"
+    assert headline.startswith("first bad intermediate q_rope (")
     assert "CONTRACT dump file stray.txt: not a dump" in proc.stdout
     table = json.loads((tmp_path / "t.json").read_text())
-    assert table["first_bad_intermediate"] == "q_rope"
+    assert table["first_bad_intermediate"] == "q_rope" and table["warnings"] == []
+    assert table["compared_with"]["inputs_digest"] == table_digest(case)
     missing = run_harness("dumps", "no-such-case", str(folder), "--cases", str(cases), cwd=tmp_path)
     assert missing.returncode == 2 and "harness dumps: no case 'no-such-case'" in missing.stderr
+
+
+def test_dumps_on_an_empty_folder_is_one_line_and_a_non_zero_exit(tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = run_harness("dumps", "any-case", str(tmp_path / "empty"), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [f"harness: error: harness dumps: {tmp_path / 'empty'}: no dump files in it "
+                                                f"(expected <name>.pt, <name>.npy or <name>.bin + <name>.json)"]

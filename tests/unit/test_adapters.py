@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import subprocess
 import sys
+import types
 from dataclasses import replace
 
 import pytest
@@ -343,6 +345,19 @@ def test_shipped_kernels_are_adapters_with_the_contract_signature():
     proc = subprocess.run([sys.executable, "-c", CHECK_SHIPPED % (SHIPPED,)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_transformers_qwen3_with_transformers_broken_inside_names_that_not_an_install(monkeypatch):
+    """Installed but failing inside (here: a transformers without Qwen3Config, as an old release or
+    a shadowed dependency gives): the message says it is installed and what failed."""
+    pytest.importorskip("transformers")
+    monkeypatch.setitem(sys.modules, "transformers", types.ModuleType("transformers"))
+    monkeypatch.delitem(sys.modules, "harness.kernels.adapted.transformers_qwen3", raising=False)
+    with pytest.raises(ImportError) as err:
+        importlib.import_module("harness.kernels.adapted.transformers_qwen3")
+    assert re.search(r"transformers [\d.]+\S* is installed, but importing what this kernel uses from it failed",
+                     str(err.value)), str(err.value)
+    assert "pip install" not in str(err.value) and "Qwen3Config" in str(err.value)
 
 
 def test_transformers_qwen3_without_transformers_says_what_to_install(monkeypatch):

@@ -89,7 +89,7 @@ def test_two_bugs_each_signature_finds_its_own_culprit(n, race_at, hang_at, seed
                                                 if before else None)
     text = "\n".join(render_bisect(hang, report, started=0.0, finished=75.0))
     assert f"first bad commit: {hang.commits[hang_at].sha}" in text
-    assert f"also seen: MISMATCH at {hang.commits[mismatch.first].short}.." in text
+    assert f"also seen: MISMATCH at {hang.commits[mismatch.first].short}" in text
     assert ("another bug; bisect it with --signature MISMATCH" in text) == bool(before)
     assert "started 1970-01-01 00:00:00 UTC, finished 1970-01-01 00:01:15 UTC (1m 15s)" in text
 
@@ -136,3 +136,39 @@ def test_before_the_culprit_is_said_only_when_the_bisect_names_one():
     report = state.report()
     assert report["verdict"] == "UNDECIDED"
     assert report["also_seen"][0]["label"] == "MISMATCH" and report["also_seen"][0]["before"] is None
+
+
+def _command_failed(ref: str) -> Result:
+    output = "Traceback (most recent call last):\n  File \"repro.py\", line 1, in <module>\n" \
+             "ImportError: cannot import name 'CUDAProperties' from 'kernels'\n"
+    return Result(case_id="repro", matrix="repro", outcome=Outcome.FAILED, summary="exited with status 1",
+                  report=f"$ python repro.py\n(cwd /src/serving; exit status 1; {len(output)} bytes of output)\n{output}",
+                  metrics={"command": {"command": "python repro.py"}}, ref=ref)
+
+
+def test_a_command_failing_everywhere_shows_what_it_printed_in_the_conclusion():
+    from harness.reports.markdown import render_markdown
+    from harness.store import MemoryStore
+    from harness.stored import stored_document
+
+    store = MemoryStore()
+    commits = _commits(4)
+    state = BisectState(commits, FlakyBisect(4), None)
+    parent = store.start_run(command=["harness", "bisect"], devices=["cpu"], kind="bisect",
+                             extra={"bisect": {"state": state.to_dict()}})
+    while (index := state.next_index()) is not None:       # the command fails at every commit, good included
+        step = store.start_run(command=["harness", "bisect"], devices=["cpu"], kind="bisect-step", parent_id=parent)
+        result = _command_failed(commits[index].short)
+        store.add_result(step, result)
+        store.finish_run(step, {})
+        state.record(index, [result], step)
+    store.update_extra(parent, {"bisect": {"state": state.to_dict()}})
+    doc = stored_document(store, parent)
+    report = doc["bisect"]
+    assert report["verdict"] == Conclusion.GOOD_SHOWS.value
+    text = "\n".join(render_bisect(state, report))
+    assert "no culprit in range: the good endpoint" in text
+    assert "FAILED of repro at " in text and "ImportError: cannot import name 'CUDAProperties'" in text
+    assert "cannot import name 'CUDAProperties'" in render_markdown(doc)
+    # a kernel case's failure needs no such text: its summary says what failed
+    assert BisectState(_commits(1), FlakyBisect(1), None).report().get("failure") is None

@@ -55,12 +55,14 @@ def _evidence(name: str, spec: dict) -> str:
 
 PUBLIC = LOGS / "public"                # real public logs, labelled by hand (test_classify_public_logs.py)
 PUBLIC_SPECS: dict = yaml.safe_load((PUBLIC / "collection.yaml").read_text())
+PUBLIC2 = LOGS / "public2"              # the fresh collection of issue 38 (test_classify_public2.py)
+PUBLIC2_SPECS: dict = yaml.safe_load((PUBLIC2 / "collection.yaml").read_text())
 
 
 def _all_evidence() -> list[str]:
-    """Every fixture's evidence: the written excerpts here and the public collection."""
-    public = [read_log(PUBLIC / name) + ("\n" + exit_line(spec["returncode"]) if spec.get("via") == "exit" else "")
-              for name, spec in PUBLIC_SPECS.items()]
+    """Every fixture's evidence: the written excerpts here and the public collections."""
+    public = [read_log(folder / name) + ("\n" + exit_line(spec["returncode"]) if spec.get("via") == "exit" else "")
+              for folder, specs in ((PUBLIC, PUBLIC_SPECS), (PUBLIC2, PUBLIC2_SPECS)) for name, spec in specs.items()]
     return [_evidence(name, spec) for name, spec in EXPECTED.items()] + public
 
 

@@ -115,7 +115,7 @@ def test_hccl_error_ids_that_name_a_hang_or_the_environment():
     assert (notify.outcome, notify.code, notify.sticky) == (Outcome.HANG, "EI0002", True), notify.summary
     assert "FAIL_507048" in notify.secondary and "HCCL_EXEC_TIMEOUT" in notify.hint
     socket = classify_text("Communication_Error_Get_Socket(EI0006)")
-    assert (socket.outcome, socket.code) == (Outcome.HARNESS_ERROR, "EI0006") and "HCCL_CONNECT_TIMEOUT" in socket.hint
+    assert (socket.outcome, socket.code) == (Outcome.ENV_ERROR, "EI0006") and "HCCL_CONNECT_TIMEOUT" in socket.hint
     # 507048 alone is still a device fault: a task timed out, and nothing says what it waited on
     assert classify_text("error code is 507048").outcome is Outcome.DEVICE_FAULT
 
@@ -141,7 +141,7 @@ def test_aclinit_failure_is_the_environment_whatever_the_code():
                        ("RuntimeError: Initialize:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:217 NPU function "
                         "error: at_npu::native::AclSetCompileopt(...), error code is 500001", 500001)):
         c = classify_text(text)
-        assert (c.outcome, c.code, c.rule) == (Outcome.HARNESS_ERROR, code, "acl_init_failure"), c.summary
+        assert (c.outcome, c.code, c.rule) == (Outcome.ENV_ERROR, code, "acl_init_failure"), c.summary
 
 
 @pytest.mark.parametrize("text", [

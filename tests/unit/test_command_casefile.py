@@ -62,6 +62,8 @@ def test_substitute_fills_placeholders_and_keeps_literal_braces():
     ("command: echo\nenv: {A: '{x}'}\n", ":2:10: env.A:", "unknown placeholder {x}"),
     ("command: 'echo {'\n", ":1:10: command:", "unmatched '{'"),
     ("command: echo\ncwd: no/such/dir\n", ":2:6: cwd:", "no such directory"),
+    ("command: echo\ncwd: '{casedir}/gone'\n", ":2:6: cwd:", "no such directory"),   # known when read
+    ("command: echo\nmatrix: {casedir: [a]}\n", ":2:10: matrix.casedir:", "filled in by the harness"),
     ("command: echo\ntimeout_s: 1.5\n", ":2:12: timeout_s:", "whole number of seconds"),
     ("command: echo\ntimeout_s: '900s'\n", ":2:12: timeout_s:", "whole number of seconds"),
     ("command: echo\ntimeout_s: true\n", ":2:12: timeout_s:", "whole number of seconds"),
@@ -82,3 +84,22 @@ def test_bad_input_is_one_line_naming_file_line_column_and_field(tmp_path, text,
 def test_a_kernel_case_file_still_loads_as_before(tmp_path):
     [c] = _load(tmp_path, "op: rope_kv_write\n")
     assert c.command is None and c.op == "rope_kv_write"
+
+
+def test_list_prints_one_line_per_case_for_a_command_written_over_several_lines(tmp_path, capsys):
+    from harness.cli import main
+    (tmp_path / "c.yaml").write_text(textwrap.dedent("""\
+        name: repro-loop
+        command: |
+          for i in 1 2 3; do
+            python repro.py --step $i || exit 1
+          done
+        matrix: {seed: [0, 1]}
+        """))
+    (tmp_path / "k.yaml").write_text("name: k\nop: rope_kv_write\n")
+    assert main(["list", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all(len(line.split("\t")) == 5 for line in lines), lines
+    mine = [line for line in lines if line.startswith("repro-loop[seed=0]")]
+    assert mine and mine[0].split("\t")[2] == \
+        "for i in 1 2 3; do\\n  python repro.py --step $i || exit 1\\ndone\\n"

@@ -84,7 +84,9 @@ def same_inputs(a: Case, b: Case) -> bool:
 def test_every_field_is_classified():
     assert set(GEOMETRY_CHANGES) == {f.name for f in fields(Geometry)}
     case_fields = {f.name for f in fields(Case)}
-    assert set(INPUT_CHANGES) | set(RUN_ONLY_CHANGES) | {"geometry"} == case_fields
+    # "spec": a spec op's case is keyed by its module's own input spec (source hash, params, seed,
+    # table: harness/worker/spec_inputs.py input_spec; tests/unit/test_spec_ops.py)
+    assert set(INPUT_CHANGES) | set(RUN_ONLY_CHANGES) | {"geometry", "spec"} == case_fields
     assert not set(INPUT_CHANGES) & set(RUN_ONLY_CHANGES)
 
 

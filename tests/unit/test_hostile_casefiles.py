@@ -70,7 +70,7 @@ def test_matrix_past_the_cap_is_refused_before_it_is_expanded(tmp_path):
     axes = "".join(f"  {k}: [{', '.join(str(v) for v in range(1, 11))}]\n"
                    for k in ("seed", "batch", "page_size", "hidden", "vocab", "intermediate", "num_layers"))
     path = _write(tmp_path, "op: rope_kv_write\nmatrix:\n" + axes)
-    _refused(path, "hostile.yaml:2:1: matrix: expands to 10000000 cases", "cap of 1000000 (--max-cases)")
+    _refused(path, "hostile.yaml:2:1: matrix: expands to 10000000 cases", "cap of 100000 (--max-cases)")
 
 
 def test_the_cap_is_a_parameter_and_counts_every_file(tmp_path):
@@ -78,9 +78,67 @@ def test_the_cap_is_a_parameter_and_counts_every_file(tmp_path):
     _refused(path, "expands to 3 cases, more than the cap of 2", max_cases=2)
     assert len(load_matrix(path, 3)) == 3
     _write(tmp_path, "name: other\nop: rope_kv_write\nmatrix:\n  seed: [1, 2]\n", "b.yaml")
-    with pytest.raises(CaseFileError, match="hostile.yaml: brings the cases to 5, more than the cap of 4"):
+    with pytest.raises(CaseFileError, match="hostile.yaml:2:1: matrix: expands to 3 cases, more than the 2 left of "
+                                            "the cap of 4 after 2 cases of the files before it"):
         load_paths([tmp_path], max_cases=4)
     assert len(load_paths([tmp_path], max_cases=5)) == 5
+
+
+def test_a_file_past_what_is_left_of_the_cap_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    """Counted against what the files before it left, not built and then counted (issue 37, item 6)."""
+    from harness.casefiles import matrix
+    _write(tmp_path, "name: first\nop: rope_kv_write\nmatrix:\n  seed: [1, 2, 3]\n", "a.yaml")
+    _write(tmp_path, "name: second\nop: rope_kv_write\nmatrix:\n  seed: [1, 2, 3]\n  batch: [1, 2, 3]\n", "b.yaml")
+    built: list[str] = []
+    real = matrix._build_case
+    monkeypatch.setattr(matrix, "_build_case", lambda spec, draft: built.append(spec.name) or real(spec, draft))
+    with pytest.raises(CaseFileError, match="b.yaml:3:1: matrix: expands to 9 cases, more than the 7 left"):
+        load_paths([tmp_path], max_cases=10)
+    assert built == ["first"] * 3          # not one case of the second file was built
+
+
+def test_the_default_cap_refuses_a_million_case_matrix_before_building_it(tmp_path, monkeypatch):
+    from harness.casefiles import matrix
+    monkeypatch.setattr(matrix, "_build_case", lambda spec, draft: pytest.fail("a case was built"))
+    axes = "".join(f"  {k}: [{', '.join(str(v) for v in range(1, 11))}]\n"
+                   for k in ("seed", "batch", "page_size", "hidden", "vocab", "intermediate"))
+    path = _write(tmp_path, "op: rope_kv_write\nmatrix:\n" + axes)
+    _refused(path, "expands to 1000000 cases, more than the cap of 100000 (--max-cases)")
+
+
+def test_a_symlink_loop_in_a_case_directory_names_the_file(tmp_path):
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "a.yaml").write_text("op: rope_kv_write\n")
+    (cases / "b.yaml").symlink_to("c.yaml")
+    (cases / "c.yaml").symlink_to("b.yaml")
+    with pytest.raises(CaseFileError) as info:
+        load_paths([cases])
+    assert str(info.value) == f"{cases / 'b.yaml'}: is a symlink loop (it never reaches a file), not a case file"
+    with pytest.raises(CaseFileError, match="c.yaml: is a symlink loop"):
+        load_paths([cases / "c.yaml"])
+
+
+@pytest.mark.parametrize("line, fragment", [
+    ("seed: " + "9" * 5000, "hostile.yaml:2:7: seed: an integer of 5000 digits: larger than any key takes"),
+    ("batch: " + "9" * 40, "hostile.yaml:2:8: batch: an integer of 40 digits"),
+    ("seq_lens: const(" + "9" * 5000 + ")", "hostile.yaml:2:11: seq_lens: an integer of 5000 digits"),
+    ("seq_lens: '[1, " + "9" * 5000 + "]'", "seq_lens: an integer of 5000 digits"),
+    ("slot_mode: const(-" + "9" * 5000 + ")", "hostile.yaml:2:12: slot_mode: an integer of 5000 digits"),
+])
+def test_integers_too_large_for_any_key_name_the_field(tmp_path, line, fragment):
+    path = _write(tmp_path, f"op: fused_rope_decode_attention\n{line}\n")
+    assert len(_refused(path, fragment)) < 300
+
+
+@pytest.mark.parametrize("flag", ["--seed", "--max-cases", "--hunt-seed"])
+def test_a_flag_integer_of_thousands_of_digits_is_one_short_line(flag, capsys):
+    command = "flake" if flag == "--hunt-seed" else "run"
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args([command, flag, "9" * 5000])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{flag}: a number of 5000 digits" in err and len(err) < 400 and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("line, fragment", [

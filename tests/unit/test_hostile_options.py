@@ -3,6 +3,7 @@ a log directory per run, the golden cache resolved up front, no reports/ in a ke
 no green run on an absent accelerator."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,29 @@ def test_an_absent_accelerator_is_a_usage_error_unless_allowed():
     with pytest.raises(DeviceError, match=r"^cuda:0 not present: .*\(and 1 more\); --allow-absent-devices runs anyway"):
         options.require_present(devices, allow_absent=False)
     options.require_present(devices, allow_absent=True)      # the skips are asked for
+
+
+@pytest.mark.parametrize("field, flag", [("rules", "--rules"), ("kernel_paths", "--kernel-path")])
+def test_a_fifo_as_a_path_setting_is_refused_for_both_front_ends(tmp_path, field, flag):
+    """The pytest plugin resolves its --harness-* paths through the same Settings (issue 37, item 6)."""
+    from harness.devices import Device
+    from harness.errors import UsageError
+    from harness.run import options as run_options
+    os.mkfifo(tmp_path / "fifo")
+    settings = run_options.Settings(devices=(Device("cpu"),), log_dir=str(tmp_path / "logs"),
+                                    **{field: (str(tmp_path / "fifo"),)})
+    import threading
+    raised: list[BaseException] = []
+
+    def resolve() -> None:
+        try:
+            run_options.run_options(settings)
+        except BaseException as exc:       # noqa: BLE001 - checked below
+            raised.append(exc)
+
+    thread = threading.Thread(target=resolve, daemon=True)     # unchecked, the read of a FIFO never returns
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), f"{flag} naming a FIFO hung"
+    assert len(raised) == 1 and isinstance(raised[0], UsageError), raised
+    assert f"{flag} {tmp_path / 'fifo'}: is a FIFO" in str(raised[0])

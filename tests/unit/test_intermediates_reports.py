@@ -54,7 +54,7 @@ def test_json_junit_markdown_html_each_carry_the_table():
     assert 'name="first_bad_intermediate" value="k_rope"' in xml
     assert "--- intermediates ---" in xml and "k_rope        bad" in xml
     md = render_markdown(doc).replace("\\", "")     # Markdown escapes . and the like
-    assert "| k_rope | bad | 0.780000 | 3.5 | 0.01 | 600.0‰ | 800.0‰ | 55.0% | 2/2 rows; kv_head [1] |" in md
+    assert "| k_rope | bad | 0.780000 | - | 3.5 | 0.01 | 600.0‰ | 800.0‰ | 55.0% | 2/2 rows; kv_head [1] |" in md
     html = render_html(doc)
     assert '<tr class="verdict-bad"><td>k_rope</td><td>bad</td>' in html
     assert "intermediates: first bad intermediate k_rope" in html

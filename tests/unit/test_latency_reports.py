@@ -47,3 +47,33 @@ def test_html_has_the_table_and_a_distribution_per_case():
 def test_no_latency_section_without_a_latency_compare():
     assert "### Latency" not in render_markdown(_doc(latency=False))
     assert '<section id="latency">' not in render_html(_doc(latency=False))
+
+
+def _slow_row(sha: str, ratio: float, verdict: str) -> dict:
+    return {"case_id": "lpkg-decode", "baseline": "good", "candidate": sha[:12],
+            "latency_verdict": {"baseline": "good", "candidate": sha[:12], "baseline_median_s": 4.1e-4,
+                                "candidate_median_s": 4.1e-4 * ratio, "ratio": ratio, "ci_low": ratio - 0.05,
+                                "ci_high": ratio + 0.05, "verdict": verdict, "threshold": 0.1, "rounds": 6,
+                                "samples": [60, 60], "why": ""}}
+
+
+def test_a_perf_bisect_document_names_the_first_slow_commit_with_its_ratios():
+    from harness.latency.bisect import SlowBisect, Step, StepVerdict, conclusion_lines
+    from harness.refs.git import Commit
+    commits = [Commit(sha=f"{i}" * 40, subject=f"change {i}", author_date="2026-12-01T00:00:00+00:00",
+                      author="Dev <d@x>") for i in range(5)]
+    state = SlowBisect(commits[0], commits[1:], 0.1)
+    state.steps = [Step(3, commits[4], StepVerdict.SLOW, (_slow_row(commits[4].sha, 1.98, "SLOWER"),), "c1"),
+                   Step(1, commits[2], StepVerdict.SLOW, (_slow_row(commits[2].sha, 1.67, "SLOWER"),), "c2"),
+                   Step(0, commits[1], StepVerdict.NOT_SLOW, (_slow_row(commits[1].sha, 1.01, "SAME"),), "c3")]
+    state.first_slow, state.candidates = commits[2], [commits[2]]
+    doc = build_document([], started=0.0, devices=["cpu"], command=["harness", "bisect"], kind="latency-bisect",
+                         run_id="r", slower_than=state.to_json())
+    md = render_markdown(doc).replace("\\", "")
+    assert f"**First slow commit**: `{commits[2].sha[:12]}` change 2" in md
+    assert "1.670x" in md and "**SLOWER**" in md                     # its ratio against good, as a table
+    assert "1.980x" in md and "1.010x" in md                         # and every step's
+    lines = conclusion_lines(state)
+    assert lines[0] == f"{commits[2].sha} is the first bad commit"
+    assert "lpkg-decode: 1.670x (95% CI 1.620-1.720, 6 rounds) SLOWER against good 000000000000" in lines
+

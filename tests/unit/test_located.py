@@ -32,6 +32,9 @@ def test_an_error_made_at_a_place_has_its_class_and_place_and_pickles():
 def test_did_you_mean():
     assert did_you_mean("stiky", ("sticky", "meaning")) == "; did you mean 'sticky'?"
     assert did_you_mean("zzz", ("sticky", "meaning")) == ""
+    # a known name that failed for another reason (its import) is never suggested back to itself
+    assert did_you_mean("transformers-qwen3", ("transformers-qwen3", "reference")) == ""
+    assert did_you_mean("refrence", ("reference", "refrence-x")) == "; did you mean 'reference'?"
 
 
 @pytest.mark.parametrize("body", [

@@ -90,3 +90,42 @@ def test_no_runs_say_nothing():
     assert stats.wilson(0, 0) == (0.0, 1.0)
     assert stats.clopper_pearson(0, 0) == (0.0, 1.0)
     assert math.isnan(stats.estimate(0, 0).rate)
+
+
+# -- the Fisher test's power: what would decide a "flaky" compare ---------------------
+
+def _brute_power(ra: float, rb: float, n: int, alpha: float = 0.05) -> float:
+    """Every table of n runs a side, weighted by its binomial probability: fisher_exact itself."""
+    pmf = lambda x, r: math.comb(n, x) * r ** x * (1 - r) ** (n - x)  # noqa: E731
+    return math.fsum(pmf(xa, ra) * pmf(xb, rb) for xa in range(n + 1) for xb in range(n + 1)
+                     if stats.fisher_exact(xa, n, xb, n) < alpha)
+
+
+@pytest.mark.parametrize("ra, rb", [(0.0, 0.4), (0.4, 0.0), (0.1, 0.6), (0.3, 0.5), (0.5, 0.5), (1.0, 0.7)])
+@pytest.mark.parametrize("n", [1, 3, 7, 12])
+def test_fisher_power_is_the_enumerated_rejection_probability(ra, rb, n):
+    assert stats.fisher_power(ra, rb, n) == pytest.approx(_brute_power(ra, rb, n), abs=1e-12)
+
+
+def test_fisher_power_agrees_with_simulated_compares():
+    import random
+    rng = random.Random(7)
+    n, trials = 16, 3000
+    hits = sum(stats.fisher_exact(0, n, sum(rng.random() < 0.4 for _ in range(n)), n) < 0.05 for _ in range(trials))
+    exact = stats.fisher_power(0.0, 0.4, n)
+    assert abs(hits / trials - exact) < 4 * math.sqrt(exact * (1 - exact) / trials)
+
+
+def test_runs_to_decide_reaches_the_power_and_the_size_before_does_not():
+    # 0/10 against 4/10: flaky at 10 runs a side (Fisher p = 0.087); 16 would find it 83% of the time
+    assert stats.fisher_exact(0, 10, 4, 10) > 0.05
+    n = stats.runs_to_decide(0.0, 0.4)
+    assert n == 16 and stats.fisher_power(0.0, 0.4, n) >= 0.8 > stats.fisher_power(0.0, 0.4, n - 1)
+    assert stats.runs_to_decide(0.0, 1.0) == 4          # 0/3 vs 3/3 has p = 0.1; 0/4 vs 4/4 p = 0.029
+    n = stats.runs_to_decide(0.3, 0.5)
+    assert stats.fisher_power(0.3, 0.5, n) >= 0.8 > stats.fisher_power(0.3, 0.5, n // 2)
+
+
+def test_runs_to_decide_says_none_where_no_count_would():
+    assert stats.runs_to_decide(0.2, 0.2) is None
+    assert stats.runs_to_decide(0.45, 0.5, max_runs=200) is None

@@ -88,3 +88,105 @@ def test_a_cwd_that_is_gone_at_run_time_is_a_finding(tmp_path):
     [case] = _cases(tmp_path, 'command: "true"\ncwd: "{worktree}/sub"\n')
     [result] = run_case(case, _ctx(tmp_path, case, worktree=str(tmp_path / "missing")))
     assert result.outcome is Outcome.CONTRACT and "is not a directory" in result.summary
+
+
+def _selected(case, selection):
+    from harness.commands.spec import CommandSpec
+    spec = CommandSpec.from_wire(case.command)
+    return replace(case, command=replace(spec, tests=selection).to_wire())
+
+
+def test_a_selection_keeps_only_its_tests_and_the_suite_no_longer_decides(tmp_path):
+    from harness.commands.selection import TestSelection, deciding, failing_ids
+    (tmp_path / "junit-src.xml").write_text(JUNIT)
+    [case] = _cases(tmp_path, 'name: suite\ncommand: "cp junit-src.xml {junit}; exit 1"\n')
+    case = _selected(case, TestSelection(("*test_ok",)))
+    results = run_case(case, _ctx(tmp_path, case))
+    assert [(r.case_id, r.label) for r in results] == [("suite", "FAILED"), ("suite::tests.test_x::test_ok", "PASS")]
+    assert results[0].metrics["command"]["selection"]["matched"] == 1
+    assert [r.case_id for r in deciding(results)] == ["suite::tests.test_x::test_ok"]     # exit 1 does not count
+    assert failing_ids(results) == []
+
+
+def test_a_selection_without_junit_leaves_the_command_deciding_with_a_note(tmp_path):
+    from harness.commands.selection import TestSelection, deciding
+    [case] = _cases(tmp_path, 'name: suite\ncommand: "exit 1"\n')
+    case = _selected(case, TestSelection(("*x*",)))
+    [result] = run_case(case, _ctx(tmp_path, case))
+    assert result.label == "FAILED" and "no JUnit tests to select (--test '*x*')" in result.summary
+    assert deciding([result]) == [result]
+
+
+def test_a_selection_that_matches_no_test_lists_some(tmp_path):
+    from harness.commands.selection import TestSelection, deciding, unmatched
+    (tmp_path / "junit-src.xml").write_text(JUNIT)
+    [case] = _cases(tmp_path, 'name: suite\ncommand: "cp junit-src.xml {junit}"\n')
+    case = _selected(case, TestSelection(expr="nothing"))
+    results = run_case(case, _ctx(tmp_path, case))
+    assert len(results) == 1 and deciding(results) == []
+    [miss] = unmatched(results)
+    assert miss.line() == ("-k 'nothing': no test of suite matched (its tests include: tests.test_x::test_ok, "
+                           "tests.test_x::test_fault, tests.test_x::test_wrong)")
+
+
+def test_casedir_is_the_case_files_directory_whatever_the_worktree(tmp_path):
+    """A regression test and a conftest kept beside the case file, run inside the ref's worktree:
+    the files travel with the case, the code under test comes from the worktree."""
+    worktree = tmp_path / "wt"
+    (worktree / "engine").mkdir(parents=True)
+    (worktree / "engine" / "__init__.py").write_text("def decode(tokens):\n    return [t + 1 for t in tokens]\n")
+    cases = tmp_path / "cases" / "serving"
+    cases.mkdir(parents=True)
+    (cases / "conftest.py").write_text(textwrap.dedent("""\
+        import pytest
+
+        @pytest.fixture
+        def tokens():
+            return [1, 2]
+        """))
+    (cases / "test_regression_507018.py").write_text(textwrap.dedent("""\
+        from engine import decode
+
+        def test_decode_twice_gives_the_same(tokens):
+            assert decode(tokens) == decode(tokens) == [2, 3]
+        """))
+    (cases / "regression.yaml").write_text(textwrap.dedent("""\
+        name: regression
+        command: ["{python}", "-m", "pytest", "{casedir}/test_regression_507018.py", "-q", "-p", "no:cacheprovider",
+                  "--rootdir={casedir}", "--junitxml={junit}"]
+        cwd: "{worktree}"
+        env: {PYTHONPATH: "{worktree}", PYTEST_DISABLE_PLUGIN_AUTOLOAD: "1", PYTEST_ADDOPTS: ""}
+        timeout_s: 120
+        """))
+    [case] = load_matrix(cases / "regression.yaml")
+    results = run_case(case, _ctx(tmp_path, case, worktree=str(worktree)))
+    assert [(r.case_id, r.label) for r in results] == [
+        ("regression", "PASS"),
+        # not under the cwd: pytest's dotted classname is kept (docs/commands.md, JUnit)
+        ("regression::test_regression_507018::test_decode_twice_gives_the_same", "PASS")], results[0].report
+    assert str(cases / "test_regression_507018.py") in results[0].metrics["command"]["command"]
+    assert results[0].metrics["command"]["cwd"] == str(worktree)
+
+
+def test_failure_text_is_the_head_of_what_a_failing_command_printed(tmp_path):
+    from harness.commands.runner import failure_text
+    (tmp_path / "repro.py").write_text(textwrap.dedent("""\
+        import sys
+        print("loading model qwen3-14b")
+        for step in range(20):
+            print(f"step {step}: ok")
+        raise SystemExit("decode diverged at step 20: max abs error 3.2e+01")
+        """))
+    (tmp_path / "junit-src.xml").write_text(JUNIT)
+    [case] = _cases(tmp_path, """\
+        name: repro
+        command: "{python} repro.py; cp junit-src.xml {junit}"
+        pass: {not_regex: diverged}
+        """)
+    results = run_case(case, _ctx(tmp_path, case))
+    text = failure_text(results[0])
+    assert text.splitlines() == ["loading model qwen3-14b", "step 0: ok", "step 1: ok", "step 2: ok", "step 3: ok",
+                                 "[...]", "decode diverged at step 20: max abs error 3.2e+01"]
+    by_id = {r.case_id: r for r in results}
+    assert failure_text(by_id["repro::tests.test_x::test_wrong"]).splitlines()[0] == "assert 1 == 2"
+    assert failure_text(by_id["repro::tests.test_x::test_ok"]) is None

@@ -117,6 +117,8 @@ def _bad(how):
                 real("k_rotated", t)
             elif how == "shape" and name == "k_rope":
                 real(name, t.transpose(0, 1))
+            elif how == "size" and name == "k_rope":
+                real(name, t[..., :-1])
             elif how == "list" and name == "v":
                 real(name, t.tolist())
             elif how == "nan" and name == "q_norm":
@@ -133,6 +135,7 @@ def _bad(how):
 
 bad_dump_unknown = _bad("unknown")
 bad_dump_shape = _bad("shape")
+bad_dump_size = _bad("size")
 bad_dump_list = _bad("list")
 bad_dump_nan = _bad("nan")
 bad_dump_twice = _bad("twice")

@@ -1,0 +1,194 @@
+"""The worker's operating-system state a kernel can change for every later case in it.
+
+What ``hygiene`` snapshots besides Python's and torch's state (issue 37, item 2): each item is
+process-wide, outlives the kernel's case, and makes a later case fail or slow down for a reason
+that is not its own:
+
+- resource limits (``getrlimit`` of every ``RLIMIT_*``): a soft ``RLIMIT_FSIZE`` of 0 makes every
+  later file write ``EFBIG``, a soft ``RLIMIT_NOFILE`` of 10 every ``open`` ``EMFILE``.  A soft
+  limit is put back; a lowered hard limit cannot be raised again by an unprivileged process;
+- open descriptors (number → target, from ``/proc/self/fd``): a kernel that opens a file per call
+  and never closes it reaches the limit some cases later.  None is closed here (a Python object
+  may still own the number): the worker is replaced;
+- CPU affinity and the nice value (of the worker's main thread, which runs the cases): a worker
+  pinned to one CPU at nice 19 runs every later case slowly.  Affinity is put back; a nice value
+  cannot be lowered again without privilege;
+- files the kernel created in ``/dev/shm`` (owned by this user, changed in the window): memory that
+  outlives the run.  Named, not removed (the harness deletes no file it cannot prove is the
+  kernel's: another process of this user may share ``/dev/shm``).  multiprocessing's semaphores
+  (``sem.mp-*``) are not counted: any Python process of this user makes and unlinks them, so one
+  seen in a window is as likely another process's; a kernel could hide a file under that name.
+
+Descriptors and ``/dev/shm`` are compared inside a case's window only (``window_changes``): the
+harness opens the case log around the window, and other processes share ``/dev/shm``.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import time
+from dataclasses import dataclass
+
+RLIMITS: tuple[tuple[str, int], ...] = tuple(
+    (name, getattr(resource, name)) for name in sorted(dir(resource)) if name.startswith("RLIMIT_"))
+SHM = "/dev/shm"
+_MAX_NAMED = 5
+
+
+@dataclass(frozen=True)
+class OsState:
+    """One reading (cheap: a few syscalls, one listing of /proc/self/fd and /dev/shm)."""
+
+    rlimits: tuple[tuple[int, int], ...]      # (soft, hard) per RLIMITS entry
+    fds: tuple[int, ...] | None               # open descriptor numbers; None: could not be listed
+    affinity: frozenset[int] | None           # None where there is no sched_getaffinity
+    nice: int | None
+    shm: frozenset[str] | None                # names in /dev/shm; None where there is none
+    at_ns: int                                # when it was read (a /dev/shm file changed after: the window's)
+
+
+def _fds() -> tuple[int, ...] | None:
+    try:
+        names = sorted(int(n) for n in os.listdir("/proc/self/fd"))
+    except OSError:                  # EMFILE (a kernel used up the limit), or no /proc
+        return None
+    # the listing's own descriptor was the lowest free number, and is closed now: the first one
+    # listed that is not open is it
+    for i, fd in enumerate(names):
+        try:
+            os.fstat(fd)
+        except OSError:
+            return tuple(names[:i] + names[i + 1:])
+    return tuple(names)
+
+
+def _target(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:                  # the listing's own descriptor, closed since
+        return ""
+
+
+def _affinity() -> frozenset[int] | None:
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
+def _nice() -> int | None:
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+    except (AttributeError, OSError):
+        return None
+
+
+def _shm() -> frozenset[str] | None:
+    try:
+        return frozenset(os.listdir(SHM))
+    except OSError:
+        return None
+
+
+def read() -> OsState:
+    return OsState(rlimits=tuple(resource.getrlimit(r) for _, r in RLIMITS), fds=_fds(),
+                   affinity=_affinity(), nice=_nice(), shm=_shm(), at_ns=time.time_ns())
+
+
+def _limit(value: int) -> str:
+    return "unlimited" if value == resource.RLIM_INFINITY else str(value)
+
+
+def changes(before: OsState, after: OsState) -> list[str]:
+    """Limits, affinity and nice value (what ``drift`` compares with the worker's start too)."""
+    out = []
+    for (name, _), (soft0, hard0), (soft1, hard1) in zip(RLIMITS, before.rlimits, after.rlimits):
+        if soft1 != soft0:
+            out.append(f"resource limit {name} soft {_limit(soft0)} → {_limit(soft1)}")
+        if hard1 != hard0:
+            out.append(f"resource limit {name} hard {_limit(hard0)} → {_limit(hard1)}"
+                       + (" (cannot be raised again)" if hard1 != resource.RLIM_INFINITY and
+                          (hard0 == resource.RLIM_INFINITY or hard1 < hard0) else ""))
+    if before.affinity != after.affinity and after.affinity is not None:
+        out.append(f"CPU affinity {_cpus(before.affinity)} → {_cpus(after.affinity)}")
+    if before.nice != after.nice and after.nice is not None:
+        out.append(f"nice value {before.nice} → {after.nice}"
+                   + (" (cannot be lowered again)" if before.nice is not None and after.nice > before.nice else ""))
+    return out
+
+
+def window_changes(before: OsState, after: OsState) -> list[str]:
+    """What a kernel's window left: descriptors opened and not closed, files left in /dev/shm."""
+    out = []
+    if after.fds is None and before.fds is not None:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        out.append(f"no descriptor free: /proc/self/fd could not be listed after the launch "
+                   f"({len(before.fds)} open before it, RLIMIT_NOFILE soft {_limit(soft)})")
+    elif after.fds is not None and before.fds is not None:
+        new = sorted(set(after.fds) - set(before.fds))
+        targets = [(fd, _target(fd)) for fd in new]
+        left = [(fd, t) for fd, t in targets if t]      # "": the listing's own descriptor, gone
+        if left:
+            named = ", ".join(f"{fd} → {t}" for fd, t in left[:_MAX_NAMED])
+            more = f", and {len(left) - _MAX_NAMED} more" if len(left) > _MAX_NAMED else ""
+            out.append(f"{len(left)} descriptor(s) open ({len(before.fds)} → {len(before.fds) + len(left)}): "
+                       f"{named}{more}")
+    if before.shm is not None and after.shm is not None and after.shm != before.shm:
+        mine = sorted(n for n in after.shm - before.shm if _created_by_us(n, before.at_ns))
+        if mine:
+            out.append(f"{len(mine)} file(s) in {SHM}: " + ", ".join(mine[:_MAX_NAMED])
+                       + (f", and {len(mine) - _MAX_NAMED} more" if len(mine) > _MAX_NAMED else ""))
+    return out
+
+
+# multiprocessing's POSIX semaphores (``sem.mp-<random>``): created by any Python process of this user
+# that starts one (a forkserver, a resource tracker, another test's pool) and unlinked at once, so
+# another process's may sit there during a window; counted against a kernel they were false alarms.
+_OTHERS_SEMAPHORES = "sem.mp-"
+
+
+def _created_by_us(name: str, since_ns: int) -> bool:
+    if name.startswith(_OTHERS_SEMAPHORES):
+        return False
+    try:
+        st = os.lstat(os.path.join(SHM, name))
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and st.st_ctime_ns >= since_ns - 1_000_000_000
+
+
+def _cpus(cpus: frozenset[int] | None) -> str:
+    if cpus is None:
+        return "?"
+    ordered, runs = sorted(cpus), []
+    for cpu in ordered:
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return "{" + ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) + "}"
+
+
+def restore(before: OsState, after: OsState) -> None:
+    """Put back what an unprivileged process can: soft limits (up to the hard limit now), the CPU
+    affinity.  A lowered hard limit, a raised nice value and open descriptors stay: the worker is
+    replaced."""
+    for (_, which), old, new in zip(RLIMITS, before.rlimits, after.rlimits):
+        if old != new:
+            soft, hard = old[0], new[1]
+            if hard != resource.RLIM_INFINITY and (soft == resource.RLIM_INFINITY or soft > hard):
+                soft = hard
+            try:
+                resource.setrlimit(which, (soft, hard))
+            except (OSError, ValueError):
+                pass
+    if before.affinity is not None and before.affinity != after.affinity:
+        try:
+            os.sched_setaffinity(0, before.affinity)
+        except OSError:
+            pass
+    if before.nice is not None and after.nice is not None and after.nice != before.nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, before.nice)
+        except OSError:
+            pass

@@ -1,0 +1,56 @@
+"""``rope_kv_write`` kernels whose helpers leave the worker's process tree, not only its process group
+(issue 37, item 4): the worker's subreaper and parent-death signal turned off before a double fork
+with setsid, and a ``clone(CLONE_PARENT)`` child that becomes its worker's sibling.  Each computes
+the right answer first; the helpers sleep for ten minutes."""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+from harness.kernels.reference import rope_kv_write as _reference
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_CLONE_PARENT = 0x00008000
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def no_subreaper_double_fork(**args):
+    """PR_SET_CHILD_SUBREAPER 0 and PR_SET_PDEATHSIG 0, then fork + setsid + fork: the grandchild goes
+    to init, out of the worker's tree (a Python sleep, never exec'd)."""
+    out = _reference(**args)
+    libc = _libc()
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    libc.prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0)
+    first = os.fork()
+    if first == 0:
+        os.setsid()
+        if os.fork() == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            time.sleep(600)
+        os._exit(0)
+    os.waitpid(first, 0)
+    return out
+
+
+def clone_parent(**args):
+    """A child made with clone(CLONE_PARENT): the worker's parent's child (the zygote's, or the front
+    end's for a spawned worker), in a session of its own, exec'ing sleep."""
+    out = _reference(**args)
+    number = _SYS_CLONE.get(os.uname().machine)
+    if number is None:
+        return out
+    pid = _libc().syscall(number, _CLONE_PARENT | signal.SIGCHLD, 0, 0, 0, 0)
+    if pid == 0:                          # the child: a copy of this thread only; exec at once
+        try:
+            os.setsid()
+            os.execv("/bin/sleep", ["sleep", "600"])
+        finally:
+            os._exit(1)
+    return out
