@@ -262,3 +262,27 @@ def test_created_tensors_are_copied_only_when_something_else_may_hold_them():
         assert values[name].untyped_storage().data_ptr() != held.untyped_storage().data_ptr()
     values["b"].add_(1)
     assert not torch.equal(values["b"], held)
+
+
+def test_a_golden_stored_in_bf16_admits_its_own_rounding_and_no_more():
+    """A spec golden writes its output in bf16: a correct kernel may round a hair-away value to the
+    neighbouring bf16 (one ulp off the golden), never two ulps."""
+    from harness.worker.checks import _golden_rounding
+    from harness.worker.ratio_allclose import ratio_allclose
+    golden = torch.tensor([1.5, -1.25, 0.75, 3.0], dtype=torch.bfloat16)
+    e = golden.float()
+    ulp = torch.tensor([2.0 ** -7, 2.0 ** -7, 2.0 ** -8, 2.0 ** -6])
+
+    def passes(actual):
+        slack = _golden_rounding(e, torch.bfloat16, None)
+        return ratio_allclose(actual.to(torch.bfloat16), e, atol=3e-3, rtol=3e-3, max_error_ratio=0.0,
+                              slack=slack, stored=torch.bfloat16).passed
+    one_off = e + ulp * torch.tensor([1.0, -1.0, 1.0, -1.0])
+    assert torch.equal(one_off.to(torch.bfloat16).float(), one_off)      # each is a bf16 neighbour
+    assert not ratio_allclose(one_off.to(torch.bfloat16), e, atol=3e-3, rtol=3e-3, max_error_ratio=0.0,
+                              stored=torch.bfloat16).passed               # the false alarm it fixes
+    assert passes(one_off)
+    for i in range(4):                                                    # two ulps off: still bad
+        two_off = e.clone()
+        two_off[i] += 2 * ulp[i]
+        assert not passes(two_off), i
