@@ -123,7 +123,30 @@ def _output(text: str) -> str:
     # under xdist the progress characters come in the order tests finished
     text = re.sub(r"^([.FsxXE]+)(\s+\[)", lambda m: "".join(sorted(m.group(1))) + m.group(2), text,
                   flags=re.MULTILINE)
-    return re.sub(r"junit-[a-z0-9]+\.xml", "junit.xml", text)
+    text = re.sub(r"junit-[a-z0-9]+\.xml", "junit.xml", text)
+    return _finish_order_free(text)
+
+
+def _finish_order_free(text: str) -> str:
+    """Failure sections (each from its ``____ name ____`` header) and the short summary's
+    ``FAILED`` lines sorted: xdist prints both in the order the tests finished."""
+    lines, out, block, blocks = text.splitlines(), [], None, []
+    for line in lines:
+        if re.match(r"^_{3,} .+ _{3,}$", line):
+            block = [line]
+            blocks.append(block)
+        elif block is not None and not re.match(r"^(=|-+ .+ -+$)", line):    # a section's or junit's line
+            block.append(line)
+        else:
+            if blocks:
+                out += [x for b in sorted(blocks) for x in b]
+                blocks, block = [], None
+            out.append(line)
+    out += [x for b in sorted(blocks) for x in b]
+    fails = sorted(i for i, x in enumerate(out) if x.startswith(("FAILED ", "ERROR ")))
+    for i, x in zip(fails, sorted(out[i] for i in fails)):
+        out[i] = x
+    return "\n".join(out)
 
 
 @pytest.mark.parametrize("extra", [(), ("-n", "2")], ids=["one-process", "xdist"])
@@ -134,7 +157,8 @@ def test_another_projects_suite_is_the_same_with_and_without_the_plugin(project,
     assert _junit(junit_with) == _junit(junit_without), "\n".join(difflib.unified_diff(
         pprint.pformat(_junit(junit_with), width=160).splitlines(),
         pprint.pformat(_junit(junit_without), width=160).splitlines(), lineterm=""))
-    assert _output(with_plugin.stdout) == _output(without.stdout)
+    assert _output(with_plugin.stdout) == _output(without.stdout), "\n".join(difflib.unified_diff(
+        _output(with_plugin.stdout).splitlines(), _output(without.stdout).splitlines(), lineterm=""))
     assert with_plugin.stderr == without.stderr
     # what the suite itself did, to be sure it was exercised
     assert re.search(r"2 failed, 3 passed, 1 skipped, 1 xfailed, 1 error", with_plugin.stdout), with_plugin.stdout
