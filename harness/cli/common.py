@@ -37,7 +37,7 @@ def load_kernel_paths(args) -> tuple[str, ...]:
     """``--kernel-path`` as the case files are loaded with: ``{worktree}`` is the checkout of
     ``--repo`` (compare, bisect: the user's working tree; each ref then gets its own worktree), or
     of the current directory (a spec module found in the library it tests; docs/specs.md)."""
-    from harness.run.pool import WORKTREE, checkout_top, expand_kernel_paths
+    from harness.run.spawn import WORKTREE, checkout_top, expand_kernel_paths
     paths = tuple(getattr(args, "kernel_path", None) or ())
     if not any(WORKTREE in p for p in paths):
         return paths

@@ -31,7 +31,8 @@ from harness.logs import LOG_CAP_BYTES
 from harness.path_kinds import refuse_special_path, require_directory
 from harness.registry import BUILTINS, is_kernel_name
 from harness.run.engine import RunOptions
-from harness.run.pool import WorkerOptions, worker_env
+from harness.run.pool import worker_env
+from harness.run.spawn import WorkerOptions
 from harness.store import DEFAULT_STORE
 
 
@@ -128,7 +129,7 @@ def golden_cache(flag: str | None, disabled: bool) -> str | None:
 def kernel_paths(flags) -> tuple[str, ...]:
     """``--kernel-path`` values as absolute paths (stored with a run, so ``--resume`` finds them);
     one starting with ``{worktree}`` is kept as written: each ref's worktree replaces it
-    (``pool.expand_kernel_paths``).  A FIFO, socket, device or symlink loop: ``UsageError`` (a FIFO on the
+    (``spawn.expand_kernel_paths``).  A FIFO, socket, device or symlink loop: ``UsageError`` (a FIFO on the
     workers' PYTHONPATH would hang their first import)."""
     for p in flags:
         if not p.startswith("{worktree}"):
