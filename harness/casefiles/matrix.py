@@ -14,15 +14,13 @@ Every error is a ``CaseFileError``: one line, ``<path>:<line>:<col>: <field>: <w
 from __future__ import annotations
 
 import copy
-import functools
 import itertools
 import math
 import os
-import re
 import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 from harness.casefiles.latency import parse_latency
 from harness.case import DEFAULT_ATTENTION, DEFAULT_DTYPE, DEFAULT_PRECISION, GEOMETRY_FIELDS, PRESETS, Case, Geometry, SeqLens, SlotMode, Tolerance, default_tolerance
@@ -38,15 +36,14 @@ from harness.casefiles.values import (
     effective,
     parse_value,
 )
-from harness import memory_plan
-from harness.devices import host_memory
+from harness.casefiles.bounds import MAX_CASE_BYTES, case_bytes, host_total, machine_bound
+from harness.casefiles.ids import case_id_of, id_text, refuse_identical_cases, stem_name
 from harness.memory_plan import human_bytes
 from harness.ops import OPS
 from harness.path_kinds import link_loop, mode_kind, special_kind
 from harness.registry import BUILTINS
 
-__all__ = ["INCLUDE_KEYS", "MAX_CASE_BYTES", "MAX_CASE_FILE_BYTES", "MAX_CASES", "TOP_KEYS", "case_bytes", "load_matrix", "load_paths",
-           "machine_bound", "select"]
+__all__ = ["INCLUDE_KEYS", "MAX_CASE_FILE_BYTES", "MAX_CASES", "TOP_KEYS", "load_matrix", "load_paths", "select"]
 
 # A matrix is counted (the product of its axes, plus its includes) before it is expanded, against
 # what is left of the cap after the files before it: a typo (an axis of 10^4 values times another) is
@@ -54,9 +51,6 @@ __all__ = ["INCLUDE_KEYS", "MAX_CASE_BYTES", "MAX_CASE_FILE_BYTES", "MAX_CASES",
 # validated as a whole), about 0.1 ms of CPU and 2.5 KB per case (docs/cases.md), so the default keeps
 # that near 10 s and 250 MB at worst; --max-cases raises it.
 MAX_CASES = 100_000
-# More than any accelerator holds (1 TiB): a case that needs more than this and more than the
-# host has in all fits on no machine (docs/cases.md, "Memory plan").
-MAX_CASE_BYTES = 2**40
 # A case file is read whole, and no real one is near this (the shipped ones are a few KiB): a
 # file that names /dev/zero through a symlink, or a generated monster, stops here (docs/cases.md).
 MAX_CASE_FILE_BYTES = 4 << 20
@@ -88,17 +82,12 @@ class _Draft:
     case_id: str = ""
 
 
-def _stem_name(path: str) -> str:
-    stem = Path(path).stem
-    return re.sub(r"[^A-Za-z0-9_.+-]", "-", stem) or "cases"
-
-
 def _read_spec(root: Node, path: str) -> _Spec:
     if root.kind != "map":
         raise CaseFileError.at(
             root.where, f"a case file must be a mapping of keys (op, matrix, ...), got {root.describe()}")
     check_keys(root, TOP_KEYS)
-    name = case_name(root.value["name"]) if "name" in root.value else _stem_name(path)
+    name = case_name(root.value["name"]) if "name" in root.value else stem_name(path)
     base = {k: parse_value(k, child) for k, child in root.value.items() if k in CASE_KEYS}
 
     axes = None
@@ -124,7 +113,7 @@ def _read_spec(root: Node, path: str) -> _Spec:
             values = [parse_value(key, item) for item in child.value]
             seen: dict[str, Value] = {}
             for v in values:
-                ident = _id_value(v.plain)
+                ident = id_text(v.plain)
                 if ident in seen:
                     raise CaseFileError.at(
                         v.where,
@@ -183,8 +172,8 @@ def _expand(spec: _Spec, max_cases: int) -> list[_Draft]:
                     dropped = True
             if dropped:
                 continue
-            parts = [f"{k}={_id_value(values[k].plain)}" for k in varying]
-            drafts.append(_Draft(values, spec.matrix_where, _case_id(spec.name, parts)))
+            parts = [f"{k}={id_text(values[k].plain)}" for k in varying]
+            drafts.append(_Draft(values, spec.matrix_where, case_id_of(spec.name, parts)))
         for (where, _), n in zip(spec.excludes, hits):
             if n == 0:
                 raise CaseFileError.at(where, "exclude entry matches no case of the matrix")
@@ -198,9 +187,9 @@ def _expand(spec: _Spec, max_cases: int) -> list[_Draft]:
         if inc_name is not None:
             case_id = f"{spec.name}[{inc_name}]"
         else:
-            parts = [f"{k}={_id_value(v.plain)}" for k, v in entry.items()
+            parts = [f"{k}={id_text(v.plain)}" for k, v in entry.items()
                      if v.plain != effective(spec.base, k)]
-            case_id = _case_id(spec.name, parts)
+            case_id = case_id_of(spec.name, parts)
         drafts.append(_Draft(values, where, case_id))
 
     first: dict[str, _Draft] = {}
@@ -210,34 +199,6 @@ def _expand(spec: _Spec, max_cases: int) -> list[_Draft]:
                 d.origin, f"duplicate case id '{d.case_id}' (also defined at line {first[d.case_id].origin.line})")
         first[d.case_id] = d
     return drafts
-
-
-# ---------------------------------------------------------------------------
-# Ids
-# ---------------------------------------------------------------------------
-
-def _id_value(plain: Any) -> str:
-    if isinstance(plain, bool):
-        return "true" if plain else "false"
-    if isinstance(plain, float):
-        return repr(plain)
-    if isinstance(plain, Mapping):
-        return "{" + ",".join(f"{k}:{_id_value(v)}" for k, v in plain.items()) + "}"
-    if isinstance(plain, (list, tuple)):
-        return "[" + ",".join(_id_value(v) for v in plain) + "]"
-    return str(plain)
-
-
-def _case_id(name: str, parts: list[str]) -> str:
-    case_id = f"{name}[{','.join(parts)}]" if parts else name
-    case_id = re.sub(r"\s+", "", case_id)
-    return case_id.replace("/", "%2F").replace("::", ":%3A")
-
-
-def case_id_of(name: str, parts: list[str]) -> str:
-    """A case id as every case file builds it (command case files too): ``name[k=v,...]``, ``/`` and ``::``
-    escaped (``::`` separates a command case from the tests of its JUnit)."""
-    return _case_id(name, parts)
 
 
 # ---------------------------------------------------------------------------
@@ -354,24 +315,6 @@ def _build_case(spec: _Spec, draft: _Draft) -> Case:
     return case
 
 
-def case_bytes(case: Case) -> int:
-    """The most bytes one machine must hold to run ``case`` (``harness.memory_plan``, golden in fp32)."""
-    return memory_plan.plan(case).total
-
-
-def machine_bound() -> int:
-    """The most a case may need: the bigger of this host's total memory and ``MAX_CASE_BYTES``,
-    more than any accelerator holds (a case past it could run nowhere)."""
-    return max(MAX_CASE_BYTES, host_total())
-
-
-@functools.lru_cache(maxsize=1)   # asked per case; a host's total memory does not change
-def host_total() -> int:
-    """This host's MemTotal in bytes; 0 where it cannot be read."""
-    host = host_memory()
-    return host.total if host else 0
-
-
 def _size_of(parsed: Any, page_size: int) -> float:
     if isinstance(parsed, SeqLens):
         return parsed.max_len(page_size)
@@ -436,11 +379,11 @@ def load_matrix(path: "str | os.PathLike[str]", max_cases: int = MAX_CASES,
     from harness.casefiles.specfile import is_spec_file, load_spec_matrix   # spec cases: their own keys
     if is_spec_file(root):
         cases = load_spec_matrix(root, shown, max_cases, tuple(kernel_paths))
-        _refuse_identical_cases(cases)
+        refuse_identical_cases(cases)
         return cases
     spec = _read_spec(root, shown)
     cases = [_build_case(spec, draft) for draft in _expand(spec, max_cases)]
-    _refuse_identical_cases(cases)
+    refuse_identical_cases(cases)
     if root.kind == "map" and "latency" in root.value:      # the whole file's timing settings (docs/latency.md)
         timed = parse_latency(root.value["latency"])
         cases = [c.with_latency(timed) for c in cases]
@@ -462,22 +405,6 @@ def _read_case_file(path: "str | os.PathLike[str]") -> bytes:
         raise CaseFileError(os.fspath(path), None, None, "",
                             f"larger than {MAX_CASE_FILE_BYTES >> 20} MiB: not a case file (case files are read whole)")
     return data
-
-
-def _refuse_identical_cases(cases: list[Case]) -> None:
-    """Two ids for one case (an include that repeats a matrix case) would run it twice."""
-    first: dict[str, Case] = {}
-    for case in cases:
-        wire = case.to_wire()
-        for key in ("case_id", "source", "params"):
-            wire.pop(key)
-        ident = repr(sorted(wire.items()))
-        if ident in first:
-            path, _, line = case.source.rpartition(":")
-            raise CaseFileError(path, int(line), None, "",
-                                f"case '{case.case_id}' is the same case as '{first[ident].case_id}' "
-                                f"({first[ident].source})")
-        first[ident] = case
 
 
 def _case_files(path: Path) -> list[Path]:

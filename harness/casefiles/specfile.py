@@ -26,9 +26,12 @@ from typing import Any, Iterator, Sequence
 
 from harness.case import PRESETS, Case, SeqLens, SlotMode, Tolerance
 from harness.casefiles import spec_cache
+from harness.casefiles.bounds import case_bytes, machine_bound
+from harness.casefiles.ids import case_id_of, id_text, stem_name
 from harness.casefiles.located import Node, Where
 from harness.casefiles.values import MAX_SEED, MAX_TIMEOUT_S, CaseFileError, case_name, check_keys, parse_value
 from harness.comparators import parse_comparator
+from harness.memory_plan import human_bytes
 from harness.ops import OPS
 from harness.registry import is_import_path, is_module_path
 
@@ -89,33 +92,19 @@ def _axis(n: Node, key: str) -> list[tuple[Any, Node]]:
         value = _plain(item)
         ident = json.dumps(value, sort_keys=True, default=str)
         if ident in seen:
-            raise _fail(item.where, f"duplicate value {_id(value)} (line {seen[ident].where.line})")
+            raise _fail(item.where, f"duplicate value {id_text(value)} (line {seen[ident].where.line})")
         seen[ident] = item
         out.append((value, item))
     return out
 
 
-def _id(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, list):
-        return "[" + ",".join(_id(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ",".join(f"{k}:{_id(x)}" for k, x in v.items()) + "}"
-    return str(v)
-
-
 def load_spec_matrix(root: Node, path: str, max_cases: int, kernel_paths: Sequence[str] = ()) -> list[Case]:
     """A spec case file's node tree -> its cases (params axes in file order, then seeds)."""
-    from harness.casefiles.matrix import case_id_of, machine_bound   # lazy: matrix imports this module
-
     top = root.value
     if "op" in top:
         raise _fail(root.keys["op"], "a case has either `spec` (a TensorSpec module) or `op`, not both")
     check_keys(root, TOP_KEYS)
-    name = case_name(top["name"]) if "name" in top else (re.sub(r"[^A-Za-z0-9_.+-]", "-", Path(path).stem) or "cases")
+    name = case_name(top["name"]) if "name" in top else stem_name(path)
     module = _str(top["spec"], "a module name (package.module)")
     if not is_module_path(module):
         raise _fail(top["spec"].where, f"{module!r} is not a module name (package.module)")
@@ -204,26 +193,20 @@ def load_spec_matrix(root: Node, path: str, max_cases: int, kernel_paths: Sequen
         wire = {"op": op, "module": module, "golden": golden, "params": params, "compare": dict(compare),
                 "args": table, "intermediates": checked.get("intermediates") or []}
         for seed, seed_node in seeds:
-            parts = [f"{k}={_id(params[k])}" for k in varying] + ([f"seed={seed}"] if len(seeds) > 1 else [])
+            parts = [f"{k}={id_text(params[k])}" for k in varying] + ([f"seed={seed}"] if len(seeds) > 1 else [])
             case = Case(
                 case_id=case_id_of(name, parts), matrix=name, source=f"{path}:{seed_node.where.line or root.where.line}",
                 op=op, kernel=kernel, geometry=PRESETS["tiny"], seq_lens=SeqLens("const", (1,)),
                 slot_mode=SlotMode("arange"), seed=seed, tolerance=tolerance, timeout_s=timeout_s, env=dict(env),
                 tier=tier, params={"spec": module, "golden": golden, **params, "seed": seed, "rtol": rtol, "atol": atol},
                 spec=wire)
-            need = _case_bytes(case)
+            need = case_bytes(case)
             if need > machine_bound():
-                from harness.memory_plan import human_bytes
                 raise _fail(top["params"].where if "params" in top else top["spec"].where,
                             f"spec module {module}: the case {case.case_id} needs {human_bytes(need)}, more than "
                             f"any machine holds")
             cases.append(case)
     return cases
-
-
-def _case_bytes(case: Case) -> int:
-    from harness import memory_plan
-    return memory_plan.plan(case).total
 
 
 def _located(error: dict, root: Node, top: dict, axes, combos, path: str) -> CaseFileError:
@@ -237,7 +220,7 @@ def _located(error: dict, root: Node, top: dict, axes, combos, path: str) -> Cas
         return _fail(top["golden"].where, message)
     if field in ("params", "spec") and "params" in top and error.get("index") is not None and axes:
         combo = combos[error["index"]]
-        shown = ", ".join(f"{k}={_id(v)}" for (k, _), (v, _) in zip(axes, combo))
+        shown = ", ".join(f"{k}={id_text(v)}" for (k, _), (v, _) in zip(axes, combo))
         p = top["params"]
         if field == "params":
             bad = next((k for k in p.value if f"'{k}'" in message), None)
