@@ -373,7 +373,7 @@ def load_matrix(path: "str | os.PathLike[str]", max_cases: int = MAX_CASES,
     root = load(text, shown, CaseFileError)
     if root is None:
         raise CaseFileError(shown, None, None, "", "empty case file (expected a mapping with at least `op`)")
-    from harness.commands.casefile import is_command_file, load_command_matrix   # command cases: their own loader
+    from harness.casefiles.commandfile import is_command_file, load_command_matrix   # command cases: their own loader
     if is_command_file(root):
         return load_command_matrix(root, shown, max_cases)
     from harness.casefiles.specfile import is_spec_file, load_spec_matrix   # spec cases: their own keys

@@ -14,8 +14,8 @@ from typing import Callable
 from harness.case import Case, LatencySpec
 from harness.casefiles import load_paths
 from harness.casefiles.expression import command_case_match
-from harness.commands.selection import TestSelection, any_matched, pattern_matches, unmatched
-from harness.commands.spec import CommandSpec, placeholders
+from harness.casefiles.commandspec import CommandSpec, TestSelection, pattern_matches, placeholders
+from harness.commands.selection import any_matched, unmatched
 from harness.devices import Device, parse_device, parse_device_list
 from harness.errors import UsageError
 from harness.formats import printable

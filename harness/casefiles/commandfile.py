@@ -18,8 +18,8 @@ from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.casefiles.ids import case_id_of, id_text, stem_name
 from harness.casefiles.located import Node, Where
 from harness.casefiles.values import MAX_SEED, MAX_TIMEOUT_S, CaseFileError, case_name, check_keys, parse_value
-from harness.commands.spec import (RUNTIME, CommandSpec, PassRule, PlaceholderError, check_template, placeholders,
-                                   substitute)
+from harness.casefiles.commandspec import (RUNTIME, CommandSpec, PassRule, PlaceholderError, check_template,
+                                           placeholders, substitute)
 
 TOP_KEYS = ("name", "command", "cwd", "env", "timeout_s", "matrix", "pass", "tier", "seed")
 PASS_KEYS = ("exit_code", "regex", "not_regex")
@@ -182,8 +182,4 @@ def load_command_matrix(root: Node, path: str, max_cases: int) -> list[Case]:
     return cases
 
 
-def is_command_case(case: Case) -> bool:
-    return case.command is not None
-
-
-__all__ = ["COMMAND_OP", "DEFAULT_TIMEOUT_S", "is_command_case", "is_command_file", "load_command_matrix"]
+__all__ = ["COMMAND_OP", "DEFAULT_TIMEOUT_S", "is_command_file", "load_command_matrix"]
