@@ -1,6 +1,6 @@
 """Case files that declare ``command:`` instead of ``op:`` (docs/commands.md): read, checked, expanded.
 
-``harness.casefiles.matrix.load_matrix`` hands a file here when its top level has
+``harness.casefiles.loader.load_matrix`` hands a file here when its top level has
 ``command``, ``cwd`` or ``pass``.  Every error is a ``CaseFileError`` naming the file,
 line, column and field, raised before anything runs: a missing command, ``command``
 beside ``op``, an unknown placeholder, a ``cwd`` without placeholders that does not

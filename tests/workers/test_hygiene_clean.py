@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from helpers import ROOT
-from harness.casefiles.matrix import load_paths
+from harness.casefiles import load_paths
 from harness.devices import Device
 from harness.outcomes import Outcome
 from harness.run.engine import Engine, Planned, RunOptions
