@@ -26,6 +26,7 @@ from harness.casefiles.located import did_you_mean
 from harness.classify import default_rules
 from harness.devices import Device, DeviceError, parse_device
 from harness.errors import UsageError
+from harness.files import user_cache_dir
 from harness.formats import one_line
 from harness.logs import LOG_CAP_BYTES
 from harness.path_kinds import refuse_special_path, require_directory
@@ -34,12 +35,6 @@ from harness.run.engine import RunOptions
 from harness.run.pool import worker_env
 from harness.run.spawn import WorkerOptions
 from harness.store import DEFAULT_STORE
-
-
-def user_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/fused-kernel-harness``, else ``~/.cache/fused-kernel-harness``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "fused-kernel-harness"
 
 
 def default_cache_dir() -> Path:
