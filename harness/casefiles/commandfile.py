@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.case import PRESETS, Case, SeqLens, SlotMode
+from harness.casefiles.commandspec import (RUNTIME, CommandSpec, PassRule, PlaceholderError, check_template,
+                                           placeholders, substitute)
 from harness.casefiles.ids import case_id_of, id_text, stem_name
 from harness.casefiles.located import Node, Where
 from harness.casefiles.values import MAX_SEED, MAX_TIMEOUT_S, CaseFileError, case_name, check_keys, parse_value
-from harness.casefiles.commandspec import (RUNTIME, CommandSpec, PassRule, PlaceholderError, check_template,
-                                           placeholders, substitute)
 
 TOP_KEYS = ("name", "command", "cwd", "env", "timeout_s", "matrix", "pass", "tier", "seed")
 PASS_KEYS = ("exit_code", "regex", "not_regex")

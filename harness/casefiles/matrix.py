@@ -18,8 +18,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.casefiles.latency import parse_latency
 from harness.case import DEFAULT_ATTENTION, DEFAULT_DTYPE, DEFAULT_PRECISION, GEOMETRY_FIELDS, PRESETS, Case, Geometry, SeqLens, SlotMode, Tolerance, default_tolerance
+from harness.casefiles.bounds import MAX_CASE_BYTES, case_bytes, host_total, machine_bound
+from harness.casefiles.ids import case_id_of, id_text, refuse_identical_cases, stem_name
+from harness.casefiles.latency import parse_latency
 from harness.casefiles.located import Node, Where, did_you_mean
 from harness.casefiles.values import (
     CASE_KEYS,
@@ -31,8 +33,6 @@ from harness.casefiles.values import (
     effective,
     parse_value,
 )
-from harness.casefiles.bounds import MAX_CASE_BYTES, case_bytes, host_total, machine_bound
-from harness.casefiles.ids import case_id_of, id_text, refuse_identical_cases, stem_name
 from harness.memory_plan import human_bytes
 from harness.ops import OPS
 from harness.registry import BUILTINS
