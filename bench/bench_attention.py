@@ -91,7 +91,7 @@ matrix:
 
 
 def load_sets(names: list[str], tmp: Path):
-    from harness.casefiles.matrix import load_paths
+    from harness.casefiles import load_paths
     cases = []
     if "long" in names:
         for name, text in LONG.items():

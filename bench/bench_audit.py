@@ -26,7 +26,7 @@ from harness.casefiles import load_paths
 from harness.devices import Device
 from harness.outcomes import Result
 from harness.run.engine import Planned, RunOptions
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 from harness.run.session import execute
 from harness.store import MemoryStore
 

@@ -31,7 +31,7 @@ from harness.commands.junit import read_junit
 from harness.commands.runner import _test_verdict
 from harness.devices import Device
 from harness.run.engine import Planned, RunOptions
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 from harness.run.session import execute
 from harness.store import Store
 

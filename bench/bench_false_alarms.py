@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from harness.casefiles.matrix import load_paths
+    from harness.casefiles import load_paths
     from harness.devices import Device, backend
     from harness.goldens.cache import GoldenCache
     from harness.registry import BUILTINS

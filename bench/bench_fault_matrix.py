@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device
 from harness.run.engine import Engine, Planned, RunOptions
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 
 OPS = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention")
 FAULTS = {"hang": "HANG", "segfault": "CRASH", "npu_fault": "DEVICE_FAULT", "oom": "OOM"}

@@ -28,7 +28,7 @@ from harness.devices import Device, backend
 from harness.outcomes import Outcome
 from harness.run.engine import Engine, RunOptions
 from harness.worker.execute import KernelLoader, execute_case
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 from harness.run.session import execute
 from harness.store import Store
 

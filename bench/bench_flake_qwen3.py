@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# As in the device worker (harness.run.pool.THREADING_ENV): idle OpenMP threads sleep instead of
+# As in the device worker (harness.run.spawn.THREADING_ENV): idle OpenMP threads sleep instead of
 # spinning on the cores the working ones need.  Before torch is imported, which reads it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -52,7 +52,7 @@ from harness.flake import hunt as flake  # noqa: E402
 from harness.flake.summary import summarize_hunt  # noqa: E402
 from harness.goldens.cache import GoldenCache  # noqa: E402
 from harness.run.engine import Engine, RunOptions  # noqa: E402
-from harness.run.pool import THREADING_ENV, WorkerOptions  # noqa: E402
+from harness.run.spawn import THREADING_ENV, WorkerOptions  # noqa: E402
 from harness.run.session import execute  # noqa: E402
 from harness.store import Store  # noqa: E402
 from harness.worker import determinism  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.devices import Device
 from harness.run.engine import Engine, Planned, RunOptions
 from harness.casefiles import load_matrix
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 
 MATRIX = Path(__file__).resolve().parent.parent / "cases" / "decode_layers.yaml"
 

@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-# As in the golden process (harness.run.pool.THREADING_ENV): idle OpenMP threads sleep instead
+# As in the golden process (harness.run.spawn.THREADING_ENV): idle OpenMP threads sleep instead
 # of spinning on the cores the working ones need.  Before torch is imported, which reads it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 

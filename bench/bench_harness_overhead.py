@@ -32,7 +32,7 @@ from harness.devices import Device, backend
 from harness.run.engine import Engine, Planned, RunOptions
 from harness.worker.execute import KernelLoader, execute_case
 from harness.outcomes import Outcome
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 
 OPS = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention")
 

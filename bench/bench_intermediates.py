@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import torch
 
-from harness.casefiles.matrix import load_paths
+from harness.casefiles import load_paths
 from harness.devices import Device, backend
 from harness.goldens.cache import GoldenCache
 from harness.worker import dumps

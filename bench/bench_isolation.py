@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device
 from harness.run.engine import Engine, Planned, RunOptions
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 
 
 def cases(op: str, n: int) -> list[Case]:

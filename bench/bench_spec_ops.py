@@ -71,7 +71,7 @@ def plain_loop(cases) -> float:
 def through_engine(cases, log_dir: Path) -> float:
     from harness.devices import Device
     from harness.run.engine import Engine, Planned, RunOptions
-    from harness.run.pool import WorkerOptions
+    from harness.run.spawn import WorkerOptions
     options = RunOptions(devices=[Device("cpu")], worker=WorkerOptions(log_dir=log_dir, golden_cache=""))
     with Engine(options) as engine:
         engine.run_one(cases[0])               # worker and golden process start-up, not timed

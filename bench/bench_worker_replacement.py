@@ -21,7 +21,8 @@ from pathlib import Path
 
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device
-from harness.run.pool import DeviceWorker, WorkerOptions
+from harness.run.pool import DeviceWorker
+from harness.run.spawn import WorkerOptions
 
 
 def case(kernel: str, i: int) -> Case:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from harness.casefiles.matrix import load_paths
+from harness.casefiles import load_paths
 from harness.devices import Device, backend
 from harness.goldens.cache import GoldenCache
 from harness.registry import BUILTINS

@@ -4,6 +4,9 @@ A path that is not a regular file is written through, never renamed over: a syml
 target is replaced (the link stays a link), a FIFO with a reader or a character device
 (``/dev/null``) is opened and written; a FIFO nobody reads, a block device or a socket is
 refused up front (``unwritable``).  A write that fails is a ``WriteError``, one line.
+
+``user_cache_dir`` is where the harness keeps what it can rebuild (goldens, spec-module
+checks, per-repository state); the run options and the case-file loader both name it.
 """
 from __future__ import annotations
 
@@ -103,3 +106,9 @@ def _umask() -> int:
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/fused-kernel-harness``, else ``~/.cache/fused-kernel-harness``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "fused-kernel-harness"

@@ -12,11 +12,12 @@ part of the word.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
+from harness.case import Case
 from harness.errors import UsageError
 
-__all__ = ["ExpressionError", "SubResultMatch", "command_case_match", "compile_expression"]
+__all__ = ["ExpressionError", "SubResultMatch", "command_case_match", "compile_expression", "select"]
 
 
 class ExpressionError(UsageError):
@@ -183,6 +184,15 @@ def compile_expression(expr: str) -> Callable[[str], bool]:
     """A ``-k`` expression -> a predicate on case ids (case-insensitive). Raises ``ExpressionError``."""
     node = _Parser(expr).parse()
     return lambda case_id: bool(_evaluate(node, lambda needle, s=case_id.lower(): needle in s))
+
+
+def select(cases: Iterable[Case], expr: str | None) -> list[Case]:
+    """The cases whose id matches a pytest-style ``-k`` expression; an empty expression keeps all."""
+    cases = list(cases)
+    if expr is None or not expr.strip():
+        return cases
+    match = compile_expression(expr)
+    return [c for c in cases if match(c.case_id)]
 
 
 @dataclass(frozen=True)

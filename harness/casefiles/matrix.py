@@ -1,33 +1,28 @@
-"""Case files (docs/cases.md): YAML matrices in, validated and expanded ``Case`` objects out.
+"""Kernel matrix case files (``op:``; docs/cases.md): validated and expanded ``Case`` objects out.
 
-The file is read as located YAML (``located``: every node knows its file, line,
-column and field path) and each case key's value is parsed by its own parser
-(``values``).  This module does the rest: the matrix is expanded (cartesian
-product in file order, then excludes, then includes), ids are built, and every
-case is checked as a whole (heads vs KV heads, cache capacity, slot
-collisions, ...).  A cross-field error blames the most specific value that was
-given and names the case.
+``harness.casefiles.loader`` reads the file as located YAML (``located``: every node knows
+its file, line, column and field path) and hands a kernel matrix here; each case key's value
+is parsed by its own parser (``values``).  This module does the rest: the matrix is expanded
+(cartesian product in file order, then excludes, then includes), ids are built (``ids``),
+and every case is checked as a whole (heads vs KV heads, cache capacity, slot collisions,
+its size against ``bounds``, ...).  A cross-field error blames the most specific value that
+was given and names the case.
 
 Every error is a ``CaseFileError``: one line, ``<path>:<line>:<col>: <field>: <what>``.
-``select`` keeps the cases a ``-k`` expression (``expression``) matches.
 """
 from __future__ import annotations
 
 import copy
-import functools
 import itertools
 import math
-import os
-import re
-import stat
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from harness.casefiles.latency import parse_latency
 from harness.case import DEFAULT_ATTENTION, DEFAULT_DTYPE, DEFAULT_PRECISION, GEOMETRY_FIELDS, PRESETS, Case, Geometry, SeqLens, SlotMode, Tolerance, default_tolerance
-from harness.casefiles.expression import compile_expression
-from harness.casefiles.located import Node, Where, did_you_mean, load
+from harness.casefiles.bounds import MAX_CASE_BYTES, case_bytes, host_total, machine_bound
+from harness.casefiles.ids import case_id_of, id_text, refuse_identical_cases, stem_name
+from harness.casefiles.latency import parse_latency
+from harness.casefiles.located import Node, Where, did_you_mean
 from harness.casefiles.values import (
     CASE_KEYS,
     CaseFileError,
@@ -38,28 +33,12 @@ from harness.casefiles.values import (
     effective,
     parse_value,
 )
-from harness import memory_plan
-from harness.devices import host_memory
 from harness.memory_plan import human_bytes
 from harness.ops import OPS
-from harness.path_kinds import link_loop, mode_kind, special_kind
 from harness.registry import BUILTINS
 
-__all__ = ["INCLUDE_KEYS", "MAX_CASE_BYTES", "MAX_CASE_FILE_BYTES", "MAX_CASES", "TOP_KEYS", "case_bytes", "load_matrix", "load_paths",
-           "machine_bound", "select"]
+__all__ = ["INCLUDE_KEYS", "TOP_KEYS", "load_kernel_matrix"]
 
-# A matrix is counted (the product of its axes, plus its includes) before it is expanded, against
-# what is left of the cap after the files before it: a typo (an axis of 10^4 values times another) is
-# refused in a second instead of filling memory.  Under the cap a matrix is built whole (each case is
-# validated as a whole), about 0.1 ms of CPU and 2.5 KB per case (docs/cases.md), so the default keeps
-# that near 10 s and 250 MB at worst; --max-cases raises it.
-MAX_CASES = 100_000
-# More than any accelerator holds (1 TiB): a case that needs more than this and more than the
-# host has in all fits on no machine (docs/cases.md, "Memory plan").
-MAX_CASE_BYTES = 2**40
-# A case file is read whole, and no real one is near this (the shipped ones are a few KiB): a
-# file that names /dev/zero through a symlink, or a generated monster, stops here (docs/cases.md).
-MAX_CASE_FILE_BYTES = 4 << 20
 
 TOP_KEYS: tuple[str, ...] = ("name", *CASE_KEYS, "matrix", "exclude", "include", "latency")
 INCLUDE_KEYS: tuple[str, ...] = ("name", *CASE_KEYS)
@@ -88,17 +67,12 @@ class _Draft:
     case_id: str = ""
 
 
-def _stem_name(path: str) -> str:
-    stem = Path(path).stem
-    return re.sub(r"[^A-Za-z0-9_.+-]", "-", stem) or "cases"
-
-
 def _read_spec(root: Node, path: str) -> _Spec:
     if root.kind != "map":
         raise CaseFileError.at(
             root.where, f"a case file must be a mapping of keys (op, matrix, ...), got {root.describe()}")
     check_keys(root, TOP_KEYS)
-    name = case_name(root.value["name"]) if "name" in root.value else _stem_name(path)
+    name = case_name(root.value["name"]) if "name" in root.value else stem_name(path)
     base = {k: parse_value(k, child) for k, child in root.value.items() if k in CASE_KEYS}
 
     axes = None
@@ -124,7 +98,7 @@ def _read_spec(root: Node, path: str) -> _Spec:
             values = [parse_value(key, item) for item in child.value]
             seen: dict[str, Value] = {}
             for v in values:
-                ident = _id_value(v.plain)
+                ident = id_text(v.plain)
                 if ident in seen:
                     raise CaseFileError.at(
                         v.where,
@@ -183,8 +157,8 @@ def _expand(spec: _Spec, max_cases: int) -> list[_Draft]:
                     dropped = True
             if dropped:
                 continue
-            parts = [f"{k}={_id_value(values[k].plain)}" for k in varying]
-            drafts.append(_Draft(values, spec.matrix_where, _case_id(spec.name, parts)))
+            parts = [f"{k}={id_text(values[k].plain)}" for k in varying]
+            drafts.append(_Draft(values, spec.matrix_where, case_id_of(spec.name, parts)))
         for (where, _), n in zip(spec.excludes, hits):
             if n == 0:
                 raise CaseFileError.at(where, "exclude entry matches no case of the matrix")
@@ -198,9 +172,9 @@ def _expand(spec: _Spec, max_cases: int) -> list[_Draft]:
         if inc_name is not None:
             case_id = f"{spec.name}[{inc_name}]"
         else:
-            parts = [f"{k}={_id_value(v.plain)}" for k, v in entry.items()
+            parts = [f"{k}={id_text(v.plain)}" for k, v in entry.items()
                      if v.plain != effective(spec.base, k)]
-            case_id = _case_id(spec.name, parts)
+            case_id = case_id_of(spec.name, parts)
         drafts.append(_Draft(values, where, case_id))
 
     first: dict[str, _Draft] = {}
@@ -210,34 +184,6 @@ def _expand(spec: _Spec, max_cases: int) -> list[_Draft]:
                 d.origin, f"duplicate case id '{d.case_id}' (also defined at line {first[d.case_id].origin.line})")
         first[d.case_id] = d
     return drafts
-
-
-# ---------------------------------------------------------------------------
-# Ids
-# ---------------------------------------------------------------------------
-
-def _id_value(plain: Any) -> str:
-    if isinstance(plain, bool):
-        return "true" if plain else "false"
-    if isinstance(plain, float):
-        return repr(plain)
-    if isinstance(plain, Mapping):
-        return "{" + ",".join(f"{k}:{_id_value(v)}" for k, v in plain.items()) + "}"
-    if isinstance(plain, (list, tuple)):
-        return "[" + ",".join(_id_value(v) for v in plain) + "]"
-    return str(plain)
-
-
-def _case_id(name: str, parts: list[str]) -> str:
-    case_id = f"{name}[{','.join(parts)}]" if parts else name
-    case_id = re.sub(r"\s+", "", case_id)
-    return case_id.replace("/", "%2F").replace("::", ":%3A")
-
-
-def case_id_of(name: str, parts: list[str]) -> str:
-    """A case id as every case file builds it (command case files too): ``name[k=v,...]``, ``/`` and ``::``
-    escaped (``::`` separates a command case from the tests of its JUnit)."""
-    return _case_id(name, parts)
 
 
 # ---------------------------------------------------------------------------
@@ -354,24 +300,6 @@ def _build_case(spec: _Spec, draft: _Draft) -> Case:
     return case
 
 
-def case_bytes(case: Case) -> int:
-    """The most bytes one machine must hold to run ``case`` (``harness.memory_plan``, golden in fp32)."""
-    return memory_plan.plan(case).total
-
-
-def machine_bound() -> int:
-    """The most a case may need: the bigger of this host's total memory and ``MAX_CASE_BYTES``,
-    more than any accelerator holds (a case past it could run nowhere)."""
-    return max(MAX_CASE_BYTES, host_total())
-
-
-@functools.lru_cache(maxsize=1)   # asked per case; a host's total memory does not change
-def host_total() -> int:
-    """This host's MemTotal in bytes; 0 where it cannot be read."""
-    host = host_memory()
-    return host.total if host else 0
-
-
 def _size_of(parsed: Any, page_size: int) -> float:
     if isinstance(parsed, SeqLens):
         return parsed.max_len(page_size)
@@ -413,158 +341,15 @@ def _resolve_tolerance(spec: ToleranceSpec | None, args, op: str, in_case: str,
 
 
 # ---------------------------------------------------------------------------
-# Public entry points
+# Public entry point (harness.casefiles.loader hands a kernel matrix file here)
 # ---------------------------------------------------------------------------
 
-def load_matrix(path: "str | os.PathLike[str]", max_cases: int = MAX_CASES,
-                kernel_paths: "Iterable[str]" = ()) -> list[Case]:
-    """One YAML case file -> its expanded, validated cases, in file order (at most ``max_cases``).
-    ``kernel_paths``: where a spec case file's module is found (``--kernel-path``; docs/specs.md)."""
-    shown = os.fspath(path)
-    try:
-        text = _read_case_file(path).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CaseFileError(shown, None, None, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise CaseFileError(shown, None, None, "", f"cannot read: {exc.strerror or exc}") from None
-    root = load(text, shown, CaseFileError)
-    if root is None:
-        raise CaseFileError(shown, None, None, "", "empty case file (expected a mapping with at least `op`)")
-    from harness.commands.casefile import is_command_file, load_command_matrix   # command cases: their own loader
-    if is_command_file(root):
-        return load_command_matrix(root, shown, max_cases)
-    from harness.casefiles.specfile import is_spec_file, load_spec_matrix   # spec cases: their own keys
-    if is_spec_file(root):
-        cases = load_spec_matrix(root, shown, max_cases, tuple(kernel_paths))
-        _refuse_identical_cases(cases)
-        return cases
-    spec = _read_spec(root, shown)
+def load_kernel_matrix(root: Node, path: str, max_cases: int) -> list[Case]:
+    """A kernel matrix file's node tree (``op:``) -> its expanded, validated cases, in file order."""
+    spec = _read_spec(root, path)
     cases = [_build_case(spec, draft) for draft in _expand(spec, max_cases)]
-    _refuse_identical_cases(cases)
+    refuse_identical_cases(cases)
     if root.kind == "map" and "latency" in root.value:      # the whole file's timing settings (docs/latency.md)
         timed = parse_latency(root.value["latency"])
         cases = [c.with_latency(timed) for c in cases]
     return cases
-
-
-def _read_case_file(path: "str | os.PathLike[str]") -> bytes:
-    """The file's bytes, at most ``MAX_CASE_FILE_BYTES``.  Opened without blocking and checked to be
-    a regular file before a byte is read: a FIFO swapped in after the listing neither hangs nor
-    streams forever."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise CaseFileError(os.fspath(path), None, None, "",
-                                f"is {mode_kind(mode) or 'not a regular file'}, not a case file")
-        data = f.read(MAX_CASE_FILE_BYTES + 1)
-    if len(data) > MAX_CASE_FILE_BYTES:
-        raise CaseFileError(os.fspath(path), None, None, "",
-                            f"larger than {MAX_CASE_FILE_BYTES >> 20} MiB: not a case file (case files are read whole)")
-    return data
-
-
-def _refuse_identical_cases(cases: list[Case]) -> None:
-    """Two ids for one case (an include that repeats a matrix case) would run it twice."""
-    first: dict[str, Case] = {}
-    for case in cases:
-        wire = case.to_wire()
-        for key in ("case_id", "source", "params"):
-            wire.pop(key)
-        ident = repr(sorted(wire.items()))
-        if ident in first:
-            path, _, line = case.source.rpartition(":")
-            raise CaseFileError(path, int(line), None, "",
-                                f"case '{case.case_id}' is the same case as '{first[ident].case_id}' "
-                                f"({first[ident].source})")
-        first[ident] = case
-
-
-def _case_files(path: Path) -> list[Path]:
-    """Checked with ``stat`` only: a FIFO or a device (or a symlink to one) is refused by what it is,
-    never opened (opening a FIFO blocks; ``/dev/zero`` never ends)."""
-    if path.is_dir():
-        found = []
-        for dirpath, dirnames, filenames in os.walk(path):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            found += [Path(dirpath) / f for f in filenames
-                      if not f.startswith(".") and f.endswith((".yaml", ".yml"))]
-        if not found:
-            raise CaseFileError(os.fspath(path), None, None, "", "no case files (*.yaml, *.yml) in this directory")
-        for f in found:
-            _refuse_special(f)
-        return sorted(found)
-    _refuse_special(path)
-    if path.is_file():
-        return [path]
-    raise CaseFileError(os.fspath(path), None, None, "", "no such file or directory")
-
-
-def _refuse_special(path: Path) -> None:
-    if link_loop(path):      # a -> b -> a: stat says ELOOP, Path.resolve raises RuntimeError
-        raise CaseFileError(os.fspath(path), None, None, "", "is a symlink loop (it never reaches a file), not a case file")
-    kind = special_kind(path)
-    if kind:
-        via = f" (a symlink to {os.path.realpath(path)})" if path.is_symlink() else ""
-        raise CaseFileError(os.fspath(path), None, None, "", f"is {kind}{via}, not a case file")
-
-
-def load_paths(paths: "Iterable[str | os.PathLike[str]] | str | os.PathLike[str]",
-               max_cases: int = MAX_CASES, kernel_paths: "Iterable[str]" = ()) -> list[Case]:
-    """Files and directories (``*.yaml``/``*.yml``, recursively, sorted) -> all their cases, in order.
-
-    A file reached twice is loaded once; the same case id in two files is an error; more than
-    ``max_cases`` cases in all is an error.
-    """
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    files: list[Path] = []
-    seen: set[Path] = set()
-    for p in paths:
-        for f in _case_files(Path(p)):
-            key = f.resolve()
-            if key not in seen:
-                seen.add(key)
-                files.append(f)
-    from harness.casefiles.specfile import checked_together   # the spec files' modules: one check for all
-    with checked_together(files, max_cases, tuple(kernel_paths)):
-        return _load_files(files, max_cases, tuple(kernel_paths))
-
-
-def _load_files(files: list[Path], max_cases: int, kernel_paths: tuple[str, ...]) -> list[Case]:
-    cases: list[Case] = []
-    first: dict[str, Case] = {}
-    for f in files:
-        # counted against what is left: a file past it is refused before its matrix is built
-        left = max_cases - len(cases)
-        try:
-            loaded = load_matrix(f, max(left, 1), kernel_paths)
-        except CaseFileError as exc:
-            if left < max_cases and "more than the cap of" in exc.message:
-                raise CaseFileError(exc.path, exc.line, exc.column, exc.field,
-                                    f"{exc.message.split(', more than the cap')[0]}, more than the {left} left of the "
-                                    f"cap of {max_cases} after {len(cases)} cases of the files before it "
-                                    f"(--max-cases)") from None
-            raise
-        if len(cases) + len(loaded) > max_cases:
-            raise CaseFileError(os.fspath(f), None, None, "",
-                                f"brings the cases to {len(cases) + len(loaded)}, more than the cap of {max_cases} "
-                                f"(--max-cases)")
-        for case in loaded:
-            if case.case_id in first:
-                path, _, line = case.source.rpartition(":")
-                raise CaseFileError(path, int(line), None, "",
-                                    f"duplicate case id '{case.case_id}' (also defined at {first[case.case_id].source}; "
-                                    f"set `name:` to tell the files apart)")
-            first[case.case_id] = case
-            cases.append(case)
-    return cases
-
-
-def select(cases: Iterable[Case], expr: str | None) -> list[Case]:
-    """The cases whose id matches a pytest-style ``-k`` expression; an empty expression keeps all."""
-    cases = list(cases)
-    if expr is None or not expr.strip():
-        return cases
-    match = compile_expression(expr)
-    return [c for c in cases if match(c.case_id)]

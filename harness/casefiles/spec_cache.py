@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness.files import WriteError, atomic_path, user_cache_dir
+
 FORMAT = 1
 CACHE_VAR = "HARNESS_SPEC_CHECK_CACHE"
 _HARNESS = Path(__file__).resolve().parents[1]
@@ -37,7 +39,6 @@ def cache_dir() -> Path | None:
         return None
     if explicit:
         return Path(explicit).expanduser()
-    from harness.run.options import user_cache_dir
     return user_cache_dir() / "spec-checks"
 
 
@@ -97,7 +98,6 @@ def write(k: str, module: str, paths: Sequence[str], answer: dict, sources: Sequ
     hashed = {p: _sha(p) for p in sources}
     if any(v is None for v in hashed.values()):
         return
-    from harness.files import WriteError, atomic_path
     entry: dict[str, Any] = {"format": FORMAT, "key": k, "found": where_found(module, paths), "sources": hashed,
                              "answer": answer}
     try:

@@ -1,12 +1,12 @@
 """Case files that name a TensorSpec module (``spec:``; docs/specs.md): read, checked, expanded.
 
-``harness.casefiles.matrix.load_matrix`` hands a file here when its top level has ``spec``.
+``harness.casefiles.loader.load_matrix`` hands a file here when its top level has ``spec``.
 The keys are checked here, each error one located line; what needs the module (it imports,
 ``build_tensor_specs`` takes the params and returns good specs, the golden exists, every
 ``compare:`` names an output and a function) is checked in a short-lived interpreter
 (``harness.worker.spec_check``) with ``--kernel-path`` on its path, before any case runs: the
 front end imports neither torch nor the module.  A load of several spec files checks them in one
-interpreter (``checked_together``), and an unchanged module's answer is read from the
+interpreter (``collecting``, then ``answered``), and an unchanged module's answer is read from the
 load-time cache (``harness.casefiles.spec_cache``) without starting one.  Its errors are located at the
 key they concern (``spec``, ``golden``, ``params``, ``compare.<output>``).
 """
@@ -26,9 +26,12 @@ from typing import Any, Iterator, Sequence
 
 from harness.case import PRESETS, Case, SeqLens, SlotMode, Tolerance
 from harness.casefiles import spec_cache
+from harness.casefiles.bounds import case_bytes, machine_bound
+from harness.casefiles.ids import case_id_of, id_text, refuse_identical_cases, stem_name
 from harness.casefiles.located import Node, Where
 from harness.casefiles.values import MAX_SEED, MAX_TIMEOUT_S, CaseFileError, case_name, check_keys, parse_value
 from harness.comparators import parse_comparator
+from harness.memory_plan import human_bytes
 from harness.ops import OPS
 from harness.registry import is_import_path, is_module_path
 
@@ -89,33 +92,19 @@ def _axis(n: Node, key: str) -> list[tuple[Any, Node]]:
         value = _plain(item)
         ident = json.dumps(value, sort_keys=True, default=str)
         if ident in seen:
-            raise _fail(item.where, f"duplicate value {_id(value)} (line {seen[ident].where.line})")
+            raise _fail(item.where, f"duplicate value {id_text(value)} (line {seen[ident].where.line})")
         seen[ident] = item
         out.append((value, item))
     return out
 
 
-def _id(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, list):
-        return "[" + ",".join(_id(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ",".join(f"{k}:{_id(x)}" for k, x in v.items()) + "}"
-    return str(v)
-
-
 def load_spec_matrix(root: Node, path: str, max_cases: int, kernel_paths: Sequence[str] = ()) -> list[Case]:
     """A spec case file's node tree -> its cases (params axes in file order, then seeds)."""
-    from harness.casefiles.matrix import case_id_of, machine_bound   # lazy: matrix imports this module
-
     top = root.value
     if "op" in top:
         raise _fail(root.keys["op"], "a case has either `spec` (a TensorSpec module) or `op`, not both")
     check_keys(root, TOP_KEYS)
-    name = case_name(top["name"]) if "name" in top else (re.sub(r"[^A-Za-z0-9_.+-]", "-", Path(path).stem) or "cases")
+    name = case_name(top["name"]) if "name" in top else stem_name(path)
     module = _str(top["spec"], "a module name (package.module)")
     if not is_module_path(module):
         raise _fail(top["spec"].where, f"{module!r} is not a module name (package.module)")
@@ -204,26 +193,21 @@ def load_spec_matrix(root: Node, path: str, max_cases: int, kernel_paths: Sequen
         wire = {"op": op, "module": module, "golden": golden, "params": params, "compare": dict(compare),
                 "args": table, "intermediates": checked.get("intermediates") or []}
         for seed, seed_node in seeds:
-            parts = [f"{k}={_id(params[k])}" for k in varying] + ([f"seed={seed}"] if len(seeds) > 1 else [])
+            parts = [f"{k}={id_text(params[k])}" for k in varying] + ([f"seed={seed}"] if len(seeds) > 1 else [])
             case = Case(
                 case_id=case_id_of(name, parts), matrix=name, source=f"{path}:{seed_node.where.line or root.where.line}",
                 op=op, kernel=kernel, geometry=PRESETS["tiny"], seq_lens=SeqLens("const", (1,)),
                 slot_mode=SlotMode("arange"), seed=seed, tolerance=tolerance, timeout_s=timeout_s, env=dict(env),
                 tier=tier, params={"spec": module, "golden": golden, **params, "seed": seed, "rtol": rtol, "atol": atol},
                 spec=wire)
-            need = _case_bytes(case)
+            need = case_bytes(case)
             if need > machine_bound():
-                from harness.memory_plan import human_bytes
                 raise _fail(top["params"].where if "params" in top else top["spec"].where,
                             f"spec module {module}: the case {case.case_id} needs {human_bytes(need)}, more than "
                             f"any machine holds")
             cases.append(case)
+    refuse_identical_cases(cases)
     return cases
-
-
-def _case_bytes(case: Case) -> int:
-    from harness import memory_plan
-    return memory_plan.plan(case).total
 
 
 def _located(error: dict, root: Node, top: dict, axes, combos, path: str) -> CaseFileError:
@@ -237,7 +221,7 @@ def _located(error: dict, root: Node, top: dict, axes, combos, path: str) -> Cas
         return _fail(top["golden"].where, message)
     if field in ("params", "spec") and "params" in top and error.get("index") is not None and axes:
         combo = combos[error["index"]]
-        shown = ", ".join(f"{k}={_id(v)}" for (k, _), (v, _) in zip(axes, combo))
+        shown = ", ".join(f"{k}={id_text(v)}" for (k, _), (v, _) in zip(axes, combo))
         p = top["params"]
         if field == "params":
             bad = next((k for k in p.value if f"'{k}'" in message), None)
@@ -254,12 +238,13 @@ def _import_path(kernel_paths: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-class _Collected(Exception):
-    """Raised in the collecting pass of a batch load, once a file's request is known."""
+class Collected(Exception):
+    """Raised in the collecting pass of a batch load (``collecting``), once a file's request is known."""
 
 
-# A batch load (``checked_together``): the first pass collects each spec file's request, one
-# interpreter answers every request the cache does not hold, the second pass reads the answers.
+# A batch load (harness.casefiles.loader): the first pass collects each spec file's request
+# (``collecting``), one interpreter answers every request the cache does not hold (``answered``),
+# the second pass reads the answers.
 _COLLECT: ContextVar[list | None] = ContextVar("spec_collect", default=None)
 _ANSWERS: ContextVar[dict | None] = ContextVar("spec_answers", default=None)
 
@@ -273,7 +258,7 @@ def _check_module(module: str, golden: str | None, params_list: list[dict], seed
     collecting = _COLLECT.get()
     if collecting is not None:
         collecting.append((k, request, paths))
-        raise _Collected
+        raise Collected
     answers = _ANSWERS.get()
     if answers is not None and k in answers:
         return answers[k]
@@ -316,28 +301,32 @@ def _run_checks(requests: list[tuple[str, dict]], paths: list[str]) -> dict[str,
     return out
 
 
-@contextlib.contextmanager
-def checked_together(files: Sequence[Path], max_cases: int, kernel_paths: Sequence[str]) -> Iterator[None]:
-    """Within the block, the spec files among ``files`` are checked by one interpreter (for every
-    request the cache lacks), before any is loaded: a load of many spec files pays one torch import."""
-    from harness.casefiles.matrix import load_matrix   # lazy: matrix imports this module
+def may_be_spec_file(path: "str | os.PathLike[str]") -> bool:
+    """A cheap look before a batch load's collecting pass loads a file: a line starting ``spec:``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return bool(_SPEC_KEY.search(text))
 
+
+@contextlib.contextmanager
+def collecting() -> Iterator[list]:
+    """The first pass of a batch load: within the block, loading a spec file raises ``Collected``
+    once its check request is known, and the request joins the list yielded (``answered`` takes it)."""
     collected: list = []
     token = _COLLECT.set(collected)
     try:
-        for f in files:
-            try:
-                text = Path(f).read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-            if not _SPEC_KEY.search(text):
-                continue
-            try:
-                load_matrix(f, max_cases, kernel_paths)
-            except (_Collected, CaseFileError):   # a bad file is found again, in order, by the real load
-                pass
+        yield collected
     finally:
         _COLLECT.reset(token)
+
+
+@contextlib.contextmanager
+def answered(collected: list) -> Iterator[None]:
+    """The second pass: within the block, the ``collected`` requests are answered before any spec
+    file is loaded, from the cache or by one interpreter for all it lacks: a load of many spec
+    files pays one torch import."""
     answers: dict[str, dict] = {}
     missing: dict[tuple, list[tuple[str, dict]]] = {}
     for k, request, paths in collected:
@@ -359,4 +348,4 @@ def checked_together(files: Sequence[Path], max_cases: int, kernel_paths: Sequen
 _SPEC_KEY = re.compile(r"^spec\s*:", re.MULTILINE)
 
 
-__all__ = ["TOP_KEYS", "checked_together", "is_spec_file", "load_spec_matrix"]
+__all__ = ["TOP_KEYS", "Collected", "answered", "collecting", "is_spec_file", "load_spec_matrix", "may_be_spec_file"]

@@ -14,8 +14,8 @@ from typing import Callable
 from harness.case import Case, LatencySpec
 from harness.casefiles import load_paths
 from harness.casefiles.expression import command_case_match
-from harness.commands.selection import TestSelection, any_matched, pattern_matches, unmatched
-from harness.commands.spec import CommandSpec, placeholders
+from harness.casefiles.commandspec import CommandSpec, TestSelection, pattern_matches, placeholders
+from harness.commands.selection import any_matched, unmatched
 from harness.devices import Device, parse_device, parse_device_list
 from harness.errors import UsageError
 from harness.formats import printable
@@ -37,7 +37,7 @@ def load_kernel_paths(args) -> tuple[str, ...]:
     """``--kernel-path`` as the case files are loaded with: ``{worktree}`` is the checkout of
     ``--repo`` (compare, bisect: the user's working tree; each ref then gets its own worktree), or
     of the current directory (a spec module found in the library it tests; docs/specs.md)."""
-    from harness.run.pool import WORKTREE, checkout_top, expand_kernel_paths
+    from harness.run.spawn import WORKTREE, checkout_top, expand_kernel_paths
     paths = tuple(getattr(args, "kernel_path", None) or ())
     if not any(WORKTREE in p for p in paths):
         return paths

@@ -5,7 +5,7 @@ import json
 import os
 from pathlib import Path
 
-from harness.casefiles.matrix import load_paths
+from harness.casefiles import load_paths
 from harness.errors import UsageError
 from harness.files import atomic_path
 from harness.formats import printable

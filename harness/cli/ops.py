@@ -49,7 +49,7 @@ def spec_tables(args) -> int:
     module is read as a run reads it (``harness.worker.spec_check``): the front end imports no torch."""
     from pathlib import Path
 
-    from harness.casefiles.matrix import load_paths
+    from harness.casefiles import load_paths
     from harness.run.options import kernel_paths
 
     if args.geometry:

@@ -6,7 +6,7 @@ import sys
 from typing import NoReturn
 
 from harness import __version__
-from harness.casefiles.matrix import MAX_CASES
+from harness.casefiles.loader import MAX_CASES
 from harness.casefiles.values import MAX_SEED
 from harness.flake.hunt import SEED_MODES
 from harness.latency.statistics import MAX_ROUNDS, MIN_ROUNDS

@@ -35,7 +35,7 @@ def list_line(case: Case) -> str:
     """One line per case, whatever it holds (tab-separated: id, op, kernel or command, tier, source).
     A command written over several lines (a YAML block) or holding tabs is shown with ``\\n``/``\\t``,
     so a script reading the listing gets one case per line and five fields."""
-    from harness.commands.spec import CommandSpec
+    from harness.casefiles.commandspec import CommandSpec
     what = case.kernel if case.command is None else CommandSpec.from_wire(case.command).text
     fields = (case.case_id, case.op, what, case.tier, case.source)
     return "\t".join(printable(str(f).replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t"))

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from harness.case import Case
+from harness.casefiles.commandspec import CommandSpec, TestSelection, substitute
 from harness.classify.matching import Classification, classify_text
 from harness.commands import process
 from harness.commands.junit import JUnitError, TestCase, read_junit
-from harness.commands.selection import SHOWN_TESTS, TestSelection
-from harness.commands.spec import CommandSpec, substitute
+from harness.commands.selection import SHOWN_TESTS
 from harness.devices import Device
 from harness.logs import clean_text
 from harness.outcomes import Outcome, Result

@@ -1,7 +1,8 @@
-"""Which tests of a command case count: ``--test`` patterns and ``-k`` reaching its JUnit tests.
+"""Which results decide, once a command case's ``--test`` / ``-k`` selection reached its JUnit tests.
 
 A command case's tests are known only once it has run (its JUnit file).  So the selection
-travels with the case (``CommandSpec.tests``, stored with the planned case), the runner keeps
+(``TestSelection``, harness/casefiles/commandspec.py) travels with the case (``CommandSpec.tests``,
+stored with the planned case), the runner keeps
 the tests it selects as results ``case::test`` and notes on the command's own result how many
 of how many it kept (``metrics.command.selection``).  ``deciding`` is what bisect, compare and
 flake judge by: a command case whose JUnit was read and that carries a selection is judged by
@@ -12,55 +13,11 @@ as before.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 from harness.outcomes import Result
 
 SHOWN_TESTS = 5          # test ids listed in a "matched no test" message
-
-
-@dataclass(frozen=True)
-class TestSelection:
-    """``patterns``: ``--test`` values (an id, exact, or a glob; matched against ``case::test`` and the
-    bare test id); ``expr``: a ``-k`` expression the case's own id did not match.  Both must hold."""
-
-    __test__ = False          # not a pytest class
-
-    patterns: tuple[str, ...] = ()
-    expr: str | None = None
-
-    def matches(self, case_id: str, test_id: str) -> bool:
-        full = f"{case_id}::{test_id}"
-        if self.patterns and not any(pattern_matches(p, full, test_id) for p in self.patterns):
-            return False
-        if self.expr:
-            from harness.casefiles.expression import compile_expression
-            return compile_expression(self.expr)(full)
-        return True
-
-    def describe(self) -> str:
-        parts = [f"--test {p!r}" for p in self.patterns]
-        if self.expr:
-            parts.append(f"-k {self.expr!r}")
-        return " ".join(parts)
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"patterns": list(self.patterns), "expr": self.expr}
-
-    @classmethod
-    def from_wire(cls, data: Mapping[str, Any] | None) -> "TestSelection | None":
-        if not data:
-            return None
-        return cls(tuple(data.get("patterns") or ()), data.get("expr"))
-
-    def merged(self, other: "TestSelection") -> "TestSelection":
-        return TestSelection(self.patterns + other.patterns, self.expr or other.expr)
-
-
-def pattern_matches(pattern: str, *ids: str) -> bool:
-    """An id equal to the pattern (ids hold ``[...]``, which a glob reads as a set) or matching it as a glob."""
-    return any(pattern == i or fnmatchcase(i, pattern) for i in ids)
 
 
 def _selection(result: Result) -> dict | None:
@@ -125,5 +82,4 @@ def any_matched(results: Sequence[Result]) -> bool:
     return not read or any(s.get("matched") for s in read)
 
 
-__all__ = ["SHOWN_TESTS", "TestSelection", "Unmatched", "any_matched", "deciding", "failing_ids",
-           "is_test_result", "pattern_matches", "unmatched"]
+__all__ = ["SHOWN_TESTS", "Unmatched", "any_matched", "deciding", "failing_ids", "is_test_result", "unmatched"]

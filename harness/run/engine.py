@@ -24,7 +24,8 @@ from harness.memory_plan import fit_problem, plan
 from harness.outcomes import Outcome, Result
 from harness.processes import sweep
 from harness.run.golden_process import GoldenProcess
-from harness.run.pool import DeviceLost, DeviceWorker, WorkerOptions, case_fields, log_name, worker_env
+from harness.run.pool import DeviceLost, DeviceWorker, case_fields, log_name, worker_env
+from harness.run.spawn import WorkerOptions
 
 
 HOST_MEMORY_AGE_S = 0.5      # a case's plan is checked against what was free at most this long ago

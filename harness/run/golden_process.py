@@ -41,8 +41,8 @@ from multiprocessing.connection import Connection
 from harness import trace
 from harness.case import Case
 from harness.processes import marker_env, own, starting
-from harness.run.pool import (STARTUP_ATTEMPTS, ForkedProc, WorkerOptions, WorkerProcess, WorkerStartError,
-                              expand_kernel_paths, fork_from_zygote, open_pidfd, source_root, spawner)
+from harness.run.spawn import (STARTUP_ATTEMPTS, ForkedProc, WorkerOptions, WorkerProcess, WorkerStartError,
+                               expand_kernel_paths, fork_from_zygote, open_pidfd, source_root, spawner)
 from harness.worker import protocol
 
 SPEC_PATH_VAR = "HARNESS_SPEC_PATH"

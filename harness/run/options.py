@@ -26,19 +26,15 @@ from harness.casefiles.located import did_you_mean
 from harness.classify import default_rules
 from harness.devices import Device, DeviceError, parse_device
 from harness.errors import UsageError
+from harness.files import user_cache_dir
 from harness.formats import one_line
 from harness.logs import LOG_CAP_BYTES
 from harness.path_kinds import refuse_special_path, require_directory
 from harness.registry import BUILTINS, is_kernel_name
 from harness.run.engine import RunOptions
-from harness.run.pool import WorkerOptions, worker_env
+from harness.run.pool import worker_env
+from harness.run.spawn import WorkerOptions
 from harness.store import DEFAULT_STORE
-
-
-def user_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/fused-kernel-harness``, else ``~/.cache/fused-kernel-harness``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "fused-kernel-harness"
 
 
 def default_cache_dir() -> Path:
@@ -128,7 +124,7 @@ def golden_cache(flag: str | None, disabled: bool) -> str | None:
 def kernel_paths(flags) -> tuple[str, ...]:
     """``--kernel-path`` values as absolute paths (stored with a run, so ``--resume`` finds them);
     one starting with ``{worktree}`` is kept as written: each ref's worktree replaces it
-    (``pool.expand_kernel_paths``).  A FIFO, socket, device or symlink loop: ``UsageError`` (a FIFO on the
+    (``spawn.expand_kernel_paths``).  A FIFO, socket, device or symlink loop: ``UsageError`` (a FIFO on the
     workers' PYTHONPATH would hang their first import)."""
     for p in flags:
         if not p.startswith("{worktree}"):

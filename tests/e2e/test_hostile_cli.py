@@ -192,7 +192,7 @@ def test_a_special_file_as_a_case_argument_says_what_it_is(tmp_path, kind):
 
 
 def test_a_case_file_past_the_read_bound_is_refused(tmp_path):
-    from harness.casefiles.matrix import MAX_CASE_FILE_BYTES
+    from harness.casefiles.loader import MAX_CASE_FILE_BYTES
     path = tmp_path / "huge.yaml"
     path.write_bytes(OK.encode() + b"#" * MAX_CASE_FILE_BYTES)
     _refused(run_harness("list", str(path), cwd=tmp_path, timeout=FAST), "huge.yaml: larger than 4 MiB")

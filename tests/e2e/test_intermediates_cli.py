@@ -8,7 +8,7 @@ import json
 
 import torch
 
-from harness.casefiles.matrix import load_paths
+from harness.casefiles import load_paths
 from harness.intermediates import files
 from harness.kernels.mutants.gptj_rope import GptjRope
 from harness.worker.inputs import generate

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from harness.casefiles import CaseFileError, load_matrix
-from harness.commands.spec import CommandSpec, PassRule, substitute
+from harness.casefiles.commandspec import CommandSpec, PassRule, substitute
 
 
 def _load(tmp_path, text: str, name: str = "c.yaml"):

@@ -9,7 +9,7 @@ import pytest
 
 from harness.commands.process import Finished
 from harness.commands.runner import judge
-from harness.commands.spec import CommandSpec, PassRule
+from harness.casefiles.commandspec import CommandSpec, PassRule
 from harness.outcomes import Outcome
 
 SHELL = CommandSpec("python repro.py")

@@ -21,7 +21,7 @@ from harness.refs import RefError
 from harness.refs.runner import RefSetup
 from harness.run import options
 from harness.run.engine import Planned
-from harness.run.pool import WorkerStartError
+from harness.run.spawn import WorkerStartError
 from harness.run.session import Addendum, recording, resumed
 from harness.shard.merge import MergeError
 from harness.shard.split import ShardError

@@ -22,7 +22,7 @@ from harness.goldens.cache import GoldenCache, GoldenStoreError
 from harness.run import options
 from harness.run.engine import Planned
 from harness.run.golden_process import GoldenProcess, golden_env
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 from harness.run.session import recording
 from harness.store import Store
 from harness.worker import golden_serve, protocol

@@ -8,7 +8,7 @@ import pytest
 
 from harness.casefiles import CaseFileError, load_matrix, load_paths
 from harness.casefiles.located import MAX_DEPTH, MAX_NODES
-from harness.casefiles.matrix import MAX_CASE_BYTES, case_bytes
+from harness.casefiles.bounds import MAX_CASE_BYTES, case_bytes
 from harness.cli.parser import MAX_SHARDS, build_parser
 from harness.devices import MAX_DEVICES, DeviceError, parse_device_list
 from harness.run.options import MAX_REPEAT

@@ -22,7 +22,7 @@ from harness.memory_plan import (
 from harness.ops import OPS
 from harness.run import engine as engine_module
 from harness.run.engine import Engine, RunOptions
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 
 REPO = Path(__file__).resolve().parents[2]
 GB = 10**9

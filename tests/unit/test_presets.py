@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from transformers import Qwen3Config
 
-from harness.casefiles.matrix import load_paths
+from harness.casefiles import load_paths
 from harness.case import PRESETS
 from helpers import ROOT
 

@@ -1,4 +1,4 @@
-"""The load-time check of spec modules (harness/casefiles/spec_cache.py, specfile.checked_together):
+"""The load-time check of spec modules (harness/casefiles/spec_cache.py, specfile.collecting/answered):
 every spec file of one load checked by one interpreter, an unchanged module's answer read from the
 cache without one, and any change to what the answer came from (the module, a helper it imports,
 a module shadowing it on the path, a damaged cache file) checked again."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 from harness.bisect.driver import BisectState
 from harness.bisect.search import FlakyBisect
 from harness.casefiles.expression import command_case_match
-from harness.commands.selection import TestSelection, failing_ids
+from harness.casefiles.commandspec import TestSelection
+from harness.commands.selection import failing_ids
 from harness.outcomes import Outcome, Result
 from harness.refs.git import Commit
 from harness.reports.bisect_text import failing_lines

@@ -11,7 +11,7 @@ from harness.audit.session import run_audit
 from harness.casefiles import load_paths
 from harness.devices import Device
 from harness.run.engine import RunOptions
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 from harness.store import MemoryStore
 
 from helpers import ROOT, write_case_file

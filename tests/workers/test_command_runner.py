@@ -91,13 +91,14 @@ def test_a_cwd_that_is_gone_at_run_time_is_a_finding(tmp_path):
 
 
 def _selected(case, selection):
-    from harness.commands.spec import CommandSpec
+    from harness.casefiles.commandspec import CommandSpec
     spec = CommandSpec.from_wire(case.command)
     return replace(case, command=replace(spec, tests=selection).to_wire())
 
 
 def test_a_selection_keeps_only_its_tests_and_the_suite_no_longer_decides(tmp_path):
-    from harness.commands.selection import TestSelection, deciding, failing_ids
+    from harness.casefiles.commandspec import TestSelection
+    from harness.commands.selection import deciding, failing_ids
     (tmp_path / "junit-src.xml").write_text(JUNIT)
     [case] = _cases(tmp_path, 'name: suite\ncommand: "cp junit-src.xml {junit}; exit 1"\n')
     case = _selected(case, TestSelection(("*test_ok",)))
@@ -109,7 +110,8 @@ def test_a_selection_keeps_only_its_tests_and_the_suite_no_longer_decides(tmp_pa
 
 
 def test_a_selection_without_junit_leaves_the_command_deciding_with_a_note(tmp_path):
-    from harness.commands.selection import TestSelection, deciding
+    from harness.casefiles.commandspec import TestSelection
+    from harness.commands.selection import deciding
     [case] = _cases(tmp_path, 'name: suite\ncommand: "exit 1"\n')
     case = _selected(case, TestSelection(("*x*",)))
     [result] = run_case(case, _ctx(tmp_path, case))
@@ -118,7 +120,8 @@ def test_a_selection_without_junit_leaves_the_command_deciding_with_a_note(tmp_p
 
 
 def test_a_selection_that_matches_no_test_lists_some(tmp_path):
-    from harness.commands.selection import TestSelection, deciding, unmatched
+    from harness.casefiles.commandspec import TestSelection
+    from harness.commands.selection import deciding, unmatched
     (tmp_path / "junit-src.xml").write_text(JUNIT)
     [case] = _cases(tmp_path, 'name: suite\ncommand: "cp junit-src.xml {junit}"\n')
     case = _selected(case, TestSelection(expr="nothing"))

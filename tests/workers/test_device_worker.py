@@ -14,7 +14,8 @@ from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device
 from harness.run.engine import Engine, Planned, RunOptions
 from harness.outcomes import Outcome
-from harness.run.pool import DeviceWorker, WorkerOptions
+from harness.run.pool import DeviceWorker
+from harness.run.spawn import WorkerOptions
 
 
 def make_case(op="rope_kv_write", kernel="reference", **kw) -> Case:

@@ -14,7 +14,8 @@ from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device
 from harness.outcomes import Outcome
 from harness.processes import process_state
-from harness.run.pool import DeviceWorker, WorkerOptions
+from harness.run.pool import DeviceWorker
+from harness.run.spawn import WorkerOptions
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
 

@@ -10,7 +10,7 @@ from harness.devices import Device
 from harness.outcomes import Outcome
 from harness.run.engine import Engine, Planned, RunOptions
 from harness.run.golden_process import GoldenProcess
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 
 
 def _cases(n: int) -> list[Case]:

@@ -13,7 +13,8 @@ from harness.devices import Device
 from harness.outcomes import Outcome
 from harness.run.engine import Engine, Planned, RunOptions
 from harness.run.golden_process import GoldenProcess
-from harness.run.pool import DeviceWorker, WorkerOptions, WorkerStartError, log_name
+from harness.run.pool import DeviceWorker, log_name
+from harness.run.spawn import WorkerOptions, WorkerStartError
 
 
 def case(seed: int) -> Case:

@@ -10,9 +10,9 @@ from safetensors import safe_open
 
 from helpers import ROOT
 from harness import goldens
-from harness.casefiles.matrix import load_paths
+from harness.casefiles import load_paths
 from harness.run.golden_process import GoldenProcess
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 from harness.worker.golden_serve import golden_threads, host_cores, input_bytes
 from harness.worker.inputs import generate
 

@@ -19,7 +19,7 @@ from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device
 from harness.outcomes import Outcome
 from harness.run.engine import Engine, Planned, RunOptions
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 from harness.worker.inputs import generate
 
 OPS = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention")

@@ -8,7 +8,8 @@ import pytest
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device
 from harness.outcomes import Outcome
-from harness.run.pool import DeviceWorker, WorkerOptions, _rss_bytes
+from harness.run.pool import DeviceWorker, _rss_bytes
+from harness.run.spawn import WorkerOptions
 
 KERNELS = """\
     import os

@@ -11,11 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from helpers import ROOT
-from harness.casefiles.matrix import load_paths
+from harness.casefiles import load_paths
 from harness.devices import Device
 from harness.outcomes import Outcome
 from harness.run.engine import Engine, Planned, RunOptions
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 
 OUTSIDE = ROOT / "tests" / "outside_kernels"
 KERNELS = ["reference"] + sorted(f"outside.{p.stem}" for p in (OUTSIDE / "outside").glob("[a-z]*.py"))

@@ -22,7 +22,8 @@ FRONT_END = textwrap.dedent('''
     from pathlib import Path
     from harness.case import PRESETS, Case, SeqLens, SlotMode
     from harness.devices import Device
-    from harness.run.pool import DeviceWorker, WorkerOptions
+    from harness.run.pool import DeviceWorker
+    from harness.run.spawn import WorkerOptions
 
     if __name__ == "__main__":
         worker = DeviceWorker(Device("cpu"), WorkerOptions(log_dir=Path(sys.argv[1]), kernel_paths=(sys.argv[4],),

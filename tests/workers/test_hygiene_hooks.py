@@ -12,7 +12,8 @@ from helpers import KERNELS_UNDER_TEST
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device
 from harness.outcomes import Outcome
-from harness.run.pool import DeviceWorker, WorkerOptions
+from harness.run.pool import DeviceWorker
+from harness.run.spawn import WorkerOptions
 
 
 def case(kernel: str, case_id: str) -> Case:

@@ -12,7 +12,8 @@ from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.cli.parser import build_parser
 from harness.devices import Device
 from harness.outcomes import Outcome
-from harness.run.pool import DeviceWorker, WorkerOptions
+from harness.run.pool import DeviceWorker
+from harness.run.spawn import WorkerOptions
 
 ATTACKS = ("hostile.round3:meta_path_serves_reference", "hostile.isolation:patches_isfinite",
            "hostile.isolation:lowers_hard_nofile", "hostile.isolation:patches_the_loader")

@@ -11,7 +11,7 @@ from harness.devices import Device
 from harness.flake import hunt as flake
 from harness.outcomes import Outcome
 from harness.run.engine import Engine, RunOptions
-from harness.run.pool import WorkerOptions
+from harness.run.spawn import WorkerOptions
 
 
 def make_case(**kw) -> Case:

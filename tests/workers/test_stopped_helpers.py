@@ -16,7 +16,8 @@ from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device
 from harness.outcomes import Outcome
 from harness.processes import process_state
-from harness.run.pool import DeviceWorker, WorkerOptions
+from harness.run.pool import DeviceWorker
+from harness.run.spawn import WorkerOptions
 
 BOUND_S = 90.0      # a hang fails the test instead of stalling the suite
 

@@ -13,7 +13,8 @@ from harness import trace
 from harness.devices import Device
 from harness.outcomes import Outcome
 from harness.processes import terminate
-from harness.run.pool import DeviceWorker, WorkerOptions
+from harness.run.pool import DeviceWorker
+from harness.run.spawn import WorkerOptions
 from test_device_worker import make_case
 
 
@@ -82,7 +83,8 @@ def test_harness_debug_in_the_environment_traces_a_spawned_worker_on_stderr(tmp_
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from pathlib import Path
         from harness.devices import Device
-        from harness.run.pool import DeviceWorker, WorkerOptions
+        from harness.run.pool import DeviceWorker
+        from harness.run.spawn import WorkerOptions
         from test_device_worker import make_case
         w = DeviceWorker(Device("cpu"), WorkerOptions(log_dir=Path({str(tmp_path)!r}), golden_cache="",
                                                       fork_cpu_workers=False))

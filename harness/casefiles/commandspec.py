@@ -1,18 +1,23 @@
-"""What a command case runs: the command, its cwd, its pass rule, and the placeholders in them.
+"""What a command case runs: the command, its cwd, its pass rule, the placeholders in them,
+and which of its JUnit tests count.
 
 A command case is a ``Case`` whose ``command`` field holds ``CommandSpec.to_wire()``
 (plain JSON, so it is stored with the planned case and read back by ``--resume``).
 Placeholders are ``{name}``; ``{{`` and ``}}`` are literal braces.  The names a case
 may use are its matrix keys, ``seed``, and ``RUNTIME``, which are filled in when the
-case runs (docs/commands.md).
+case runs (docs/commands.md).  ``TestSelection`` (``--test`` patterns, ``-k`` reaching its
+tests) travels in ``CommandSpec.tests``: a case's tests are known only once it has run.
+Here, below the case-file loader (``commandfile``), so that reading a case file needs
+nothing of ``harness.commands``, which runs them.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any, Iterator, Mapping
 
-from harness.commands.selection import TestSelection
+from harness.casefiles.expression import compile_expression
 
 # Filled in when the case runs, per device and per run.  ``casedir`` is the case file's own
 # directory, fixed whatever ref runs: where files that travel with the case live (a regression
@@ -59,6 +64,48 @@ def substitute(template: str, values: Mapping[str, str]) -> str:
 
 
 @dataclass(frozen=True)
+class TestSelection:
+    """``patterns``: ``--test`` values (an id, exact, or a glob; matched against ``case::test`` and the
+    bare test id); ``expr``: a ``-k`` expression the case's own id did not match.  Both must hold."""
+
+    __test__ = False          # not a pytest class
+
+    patterns: tuple[str, ...] = ()
+    expr: str | None = None
+
+    def matches(self, case_id: str, test_id: str) -> bool:
+        full = f"{case_id}::{test_id}"
+        if self.patterns and not any(pattern_matches(p, full, test_id) for p in self.patterns):
+            return False
+        if self.expr:
+            return compile_expression(self.expr)(full)
+        return True
+
+    def describe(self) -> str:
+        parts = [f"--test {p!r}" for p in self.patterns]
+        if self.expr:
+            parts.append(f"-k {self.expr!r}")
+        return " ".join(parts)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"patterns": list(self.patterns), "expr": self.expr}
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any] | None) -> "TestSelection | None":
+        if not data:
+            return None
+        return cls(tuple(data.get("patterns") or ()), data.get("expr"))
+
+    def merged(self, other: "TestSelection") -> "TestSelection":
+        return TestSelection(self.patterns + other.patterns, self.expr or other.expr)
+
+
+def pattern_matches(pattern: str, *ids: str) -> bool:
+    """An id equal to the pattern (ids hold ``[...]``, which a glob reads as a set) or matching it as a glob."""
+    return any(pattern == i or fnmatchcase(i, pattern) for i in ids)
+
+
+@dataclass(frozen=True)
 class PassRule:
     """When a finished command passed: its exit status, and optionally text that must (not) appear."""
 
@@ -78,7 +125,7 @@ class CommandSpec:
     cwd: str | None = None           # None: the ref's worktree, else the case file's directory
     base_dir: str = "."              # the case file's directory (absolute)
     pass_rule: PassRule = field(default_factory=PassRule)
-    tests: "TestSelection | None" = None   # --test / -k reaching its JUnit tests (harness.commands.selection)
+    tests: "TestSelection | None" = None   # --test / -k reaching its JUnit tests (TestSelection)
 
     @property
     def shell(self) -> bool:

@@ -1,6 +1,6 @@
 """Case files that declare ``command:`` instead of ``op:`` (docs/commands.md): read, checked, expanded.
 
-``harness.casefiles.matrix.load_matrix`` hands a file here when its top level has
+``harness.casefiles.loader.load_matrix`` hands a file here when its top level has
 ``command``, ``cwd`` or ``pass``.  Every error is a ``CaseFileError`` naming the file,
 line, column and field, raised before anything runs: a missing command, ``command``
 beside ``op``, an unknown placeholder, a ``cwd`` without placeholders that does not
@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.case import PRESETS, Case, SeqLens, SlotMode
+from harness.casefiles.commandspec import (RUNTIME, CommandSpec, PassRule, PlaceholderError, check_template,
+                                           placeholders, substitute)
+from harness.casefiles.ids import case_id_of, id_text, stem_name
 from harness.casefiles.located import Node, Where
 from harness.casefiles.values import MAX_SEED, MAX_TIMEOUT_S, CaseFileError, case_name, check_keys, parse_value
-from harness.commands.spec import (RUNTIME, CommandSpec, PassRule, PlaceholderError, check_template, placeholders,
-                                   substitute)
 
 TOP_KEYS = ("name", "command", "cwd", "env", "timeout_s", "matrix", "pass", "tier", "seed")
 PASS_KEYS = ("exit_code", "regex", "not_regex")
@@ -124,17 +125,8 @@ def _seed(n: Node) -> int:
     return v
 
 
-def _plain(v: Any) -> str:
-    """An axis value as its placeholder text and id part."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return repr(v) if isinstance(v, float) else str(v)
-
-
 def load_command_matrix(root: Node, path: str, max_cases: int) -> list[Case]:
     """A command case file's node tree -> its cases, in matrix order."""
-    from harness.casefiles.matrix import case_id_of   # the ids kernel matrices get (lazy: matrix imports this module)
-
     top = root.value
     for key in KERNEL_KEYS:
         if key in top:
@@ -142,7 +134,7 @@ def load_command_matrix(root: Node, path: str, max_cases: int) -> list[Case]:
     check_keys(root, TOP_KEYS)
     if "command" not in top:
         raise _fail(root.where, "no command given: a case file with `cwd` or `pass` needs `command`")
-    name = case_name(top["name"]) if "name" in top else _stem(path)
+    name = case_name(top["name"]) if "name" in top else stem_name(path)
     axes = _matrix(top["matrix"]) if "matrix" in top else []
     if "seed" in top and any(k == "seed" for k, _ in axes):
         raise _fail(top["matrix"].keys["seed"], "'seed' is set both at top level and as a matrix axis")
@@ -181,7 +173,7 @@ def load_command_matrix(root: Node, path: str, max_cases: int) -> list[Case]:
     cases = []
     for combo in itertools.product(*(values for _, values in axes)):
         chosen = {k: item.value for (k, _), item in zip(axes, combo)}
-        parts = [f"{k}={_plain(chosen[k])}" for k in varying]
+        parts = [f"{k}={id_text(chosen[k])}" for k in varying]
         cases.append(Case(
             case_id=case_id_of(name, parts), matrix=name, source=f"{path}:{origin.line}",
             op=COMMAND_OP, kernel="", geometry=PRESETS["tiny"], seq_lens=SeqLens("const", (1,)),
@@ -190,12 +182,4 @@ def load_command_matrix(root: Node, path: str, max_cases: int) -> list[Case]:
     return cases
 
 
-def _stem(path: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.+-]", "-", Path(path).stem) or "cases"
-
-
-def is_command_case(case: Case) -> bool:
-    return case.command is not None
-
-
-__all__ = ["COMMAND_OP", "DEFAULT_TIMEOUT_S", "is_command_case", "is_command_file", "load_command_matrix"]
+__all__ = ["COMMAND_OP", "DEFAULT_TIMEOUT_S", "is_command_file", "load_command_matrix"]
