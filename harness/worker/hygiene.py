@@ -317,7 +317,7 @@ def _added(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _impostors(before: Snapshot, after: Snapshot) -> list[tuple[str, str]]:
-    return imports.added_modules(_added(before.modules, after.modules), after.modules, before.imports.meta_path)
+    return imports.added_modules(_added(before.modules, after.modules), after.modules, before.imports)
 
 
 def state_changes(before: Snapshot, after: Snapshot) -> list[str]:
@@ -535,6 +535,7 @@ def freeze_baseline(collect: bool = True) -> None:
     if collect:
         gc.collect()
     gc.freeze()
+    imports.set_baseline(imports.read())     # the finders and hooks an added module is judged against
     _collecting[0] = True
 
 
