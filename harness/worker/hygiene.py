@@ -247,9 +247,28 @@ def _decoded(environ: dict[Any, Any]) -> dict[str, str]:
 def snapshot() -> Snapshot:
     return Snapshot(
         environ=_environ(), cwd=os.getcwd(), torch=torch_state(),
-        namespaces=tuple((name, dict(vars(obj))) for name, obj in NAMESPACES),
-        modules=dict(sys.modules), hooks=hooks.read(), imports=imports.read(), os=os_state.read(), **_running(),
+        namespaces=tuple((name, _copy(name, vars(obj))) for name, obj in NAMESPACES),
+        modules=_copy("sys.modules", sys.modules), hooks=hooks.read(), imports=imports.read(), os=os_state.read(),
+        **_running(),
     )
+
+
+# The last copy made of each watched dict (``_copy``), shared by later snapshots while it is unchanged.
+_copies: dict[str, dict[str, Any]] = {}
+
+
+def _copy(slot: str, live: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``live``: the last one made for ``slot`` when ``live`` still equals it (one comparison
+    in C, each value by identity first), so that snapshots of an unchanged worker share their dicts and
+    comparing two of them is an identity test (``_kept``).  Copies are never written to."""
+    last = _copies.get(slot)
+    try:
+        if last is not None and len(last) == len(live) and last == live:
+            return last
+    except Exception:        # a value whose == raises: copied, and compared name by name later
+        pass
+    _copies[slot] = copy = dict(live)
+    return copy
 
 
 # A thread that was joined, or a child that was waited for, can still be listed for a moment
@@ -288,12 +307,34 @@ def _kept(old: dict[str, Any], new: dict[str, Any], *, closed: bool = False) -> 
     added.  Compared in C, with no copy: two dicts of one length as a whole (each value by identity
     first), a longer ``new`` (names added since: a lazy import) as a superset of ``old``'s items.
     A value that is not the same object fails here, and ``_rebound`` then names it by identity."""
+    if old is new:
+        return True
     if len(new) < len(old) or (closed and len(new) != len(old)):
         return False
+    key = (id(old), id(new), closed)
+    if key in _kept_pairs:
+        return True
     try:
-        return old == new if len(new) == len(old) else old.items() <= new.items()
+        kept = old == new if len(new) == len(old) else old.items() <= new.items()
     except Exception:        # a value whose == raises (a tensor bound in place of a function)
         return False
+    if kept:
+        _remember(_kept_pairs, key, (old, new))
+    return bool(kept)
+
+
+# Pairs of snapshot dicts (never written to) found kept, and sys.modules pairs found with no impostor,
+# with the dicts themselves (so their ids are not reused): the drift check compares the worker's
+# pristine snapshot with each case's, which share their dicts while nothing changes (``_copy``).
+_kept_pairs: dict[tuple[int, int, bool], tuple[Any, Any]] = {}
+_clean_pairs: dict[tuple[int, int], tuple[Any, Any]] = {}
+_MAX_PAIRS = 512
+
+
+def _remember(pairs: dict, key: tuple, value: tuple) -> None:
+    if len(pairs) >= _MAX_PAIRS:
+        pairs.clear()
+    pairs[key] = value
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -352,9 +393,12 @@ def _modules_kept(before: Snapshot, after: Snapshot) -> bool:
 
 
 def _impostors(before: Snapshot, after: Snapshot) -> list[tuple[str, str]]:
-    if _modules_kept(before, after):
+    if _modules_kept(before, after) or (id(before.modules), id(after.modules)) in _clean_pairs:
         return []
-    return imports.added_modules(_added(before.modules, after.modules), after.modules, before.imports)
+    found = imports.added_modules(_added(before.modules, after.modules), after.modules, before.imports)
+    if not found:          # each added module judged genuine once, for good (``imports._judged``)
+        _remember(_clean_pairs, (id(before.modules), id(after.modules)), (before.modules, after.modules))
+    return found
 
 
 def state_changes(before: Snapshot, after: Snapshot) -> list[str]:
