@@ -1,6 +1,8 @@
 """What the warm worker's hygiene costs per case, piece by piece (harness/worker/hygiene.py).
 
-    python bench/bench_hygiene.py [--n 2000]
+    python bench/bench_hygiene.py [--n 2000] [--clock cpu]
+    python bench/bench_hygiene.py --against main [--rounds 7] [--n 1000]
+
 
 Times, in this process after ``warm_up``: each part of a snapshot, a whole snapshot, the
 comparison and restore of an unchanged window (``settle``, which takes the second
@@ -8,6 +10,11 @@ snapshot), the comparison with the worker's snapshot at start (``drift``), the `
 case pays (both), and the reply's conversion to plain data (``protocol.plain``) for a typical
 passing case's metrics.  Prints microseconds per call (median of 5 rounds), then the window
 without what issue 23 added (no hooks, no drift check) and with it, interleaved, with their ratio.
+
+``--against REV``: what a case pays (``Watch`` with the drift check, after ``freeze_baseline``) with
+this checkout's ``harness`` and with REV's (``git archive`` into a temporary folder, first on
+``PYTHONPATH``), each round one child process of each, alternated so load reaches both; prints the
+medians, their difference and the load average before and after (``uptime``).
 """
 from __future__ import annotations
 
@@ -15,10 +22,13 @@ import argparse
 import gc
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -29,20 +39,85 @@ from harness.worker import hooks, hygiene, imports, os_state, protocol
 from harness.worker.execute import KernelLoader, execute_case
 
 
-def per_call_us(fn, n: int) -> float:
+CLOCK = [time.perf_counter]      # --clock cpu: time.process_time
+
+
+def per_call_us(fn, n: int, clock=None) -> float:
+    """Microseconds per call of ``fn``, median of 5 rounds of ``n``; ``clock``: ``time.process_time``
+    for the CPU time (on a loaded host the wall time is mostly waiting for a CPU)."""
+    clock = clock or CLOCK[0]
     rounds = []
     for _ in range(5):
-        start = time.perf_counter()
+        start = clock()
         for _ in range(n):
             fn()
-        rounds.append((time.perf_counter() - start) / n * 1e6)
+        rounds.append((clock() - start) / n * 1e6)
     return statistics.median(rounds)
+
+
+def case_cost(n: int) -> tuple[float, float]:
+    """Microseconds a case pays for its window (``Watch`` with the drift check), wall and CPU time, with
+    only the public API of ``hygiene`` used, so that another revision's harness is timed by the same code."""
+    from harness.worker import hygiene
+    hygiene.warm_up(torch.device("cpu"))
+    hygiene.freeze_baseline()
+    import harness.kernels.reference  # noqa: F401  (the modules a worker has imported at its first case)
+    pristine = hygiene.snapshot()
+
+    def watch() -> None:
+        with hygiene.Watch(pristine):
+            pass
+    for _ in range(20):
+        watch()
+    return per_call_us(watch, n, time.perf_counter), per_call_us(watch, n, time.process_time)
+
+
+def against(rev: str, rounds: int, n: int) -> None:
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="bench-hygiene-") as tmp:
+        archive = subprocess.run(["git", "-C", str(root), "archive", rev, "harness"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        trees = {rev: tmp, "this checkout": str(root)}
+        times: dict[str, list[float]] = {name: [] for name in trees}
+        cpu: dict[str, list[float]] = {name: [] for name in trees}
+        print("before:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+        for _ in range(rounds):
+            for name, tree in trees.items():
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")]))}
+                out = subprocess.run([sys.executable, __file__, "--case-cost", "--n", str(n)], env=env, check=True,
+                                     capture_output=True, text=True).stdout.split()
+                assert out[2] == os.path.join(tree, "harness", "worker", "hygiene.py"), out
+                times[name].append(float(out[0]))
+                cpu[name].append(float(out[1]))
+        print("after: ", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+        for clock, measured in (("wall", times), ("CPU", cpu)):
+            for name, values in measured.items():
+                print(f"{clock:4s} {name:16s} {statistics.median(values):8.1f} us per case  (rounds: "
+                      + ", ".join(f"{v:.0f}" for v in values) + ")")
+            old, new = statistics.median(measured[rev]), statistics.median(measured["this checkout"])
+            print(f"{clock:4s} {'difference':16s} {new - old:+8.1f} us per case ({new / old:.2f}x)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=2000)
-    n = parser.parse_args().n
+    parser.add_argument("--against", metavar="REV", help="time a case's window here and at REV, alternated")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--case-cost", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="what the pieces and the side-by-side windows are timed with (cpu: process time)")
+    parsed = parser.parse_args()
+    CLOCK[0] = time.process_time if parsed.clock == "cpu" else time.perf_counter
+    n = parsed.n
+    if parsed.case_cost:
+        from harness.worker import hygiene as timed
+        wall, cpu_us = case_cost(n)
+        print(f"{wall:.3f} {cpu_us:.3f} {timed.__file__}")
+        return
+    if parsed.against:
+        against(parsed.against, parsed.rounds, n)
+        return
     hygiene.warm_up(torch.device("cpu"))
     hygiene.freeze_baseline()       # as the worker does at start: each window's gc.collect() walks only what came since
     case = Case(case_id="bench", matrix="bench", source="bench", op="fused_rope_decode_attention",
@@ -141,7 +216,7 @@ def main() -> None:
     print(f"{'window without issue 37 additions':36s} {old_us:8.1f} us")
     print(f"{'window with them (now)':36s} {new_us:8.1f} us   ({new_us / old_us:.2f}x, "
           f"+{new_us - old_us:.1f} us per case)")
-    print(f"load average {os.getloadavg()[0]:.1f}")
+    print(f"load average {os.getloadavg()[0]:.1f}; timed with {'CPU' if CLOCK[0] is time.process_time else 'wall'} time")
 
 
 if __name__ == "__main__":

@@ -175,7 +175,7 @@ def torch_state() -> TorchState:
 class Snapshot:
     """The worker's process state at one moment (cheap: dict copies and a few /proc reads)."""
 
-    environ: dict[str, str]
+    environ: dict[Any, Any]              # os.environ as it stores it (``_environ``): compare, then ``_decoded``
     cwd: str
     torch: TorchState
     namespaces: tuple[tuple[str, dict[str, Any]], ...]
@@ -203,19 +203,72 @@ def _process_name(pid: int) -> str:
         return "?"
 
 
+def _listed_children(tasks: list[str]) -> bool:
+    """Whether any thread of this process lists a child in /proc (read raw: one open and read each,
+    no text decoding); most windows have none, and ``children`` then need not look further."""
+    for tid in tasks:
+        try:
+            fd = os.open(f"/proc/self/task/{tid}/children", os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if os.read(fd, 1):
+                return True
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return False
+
+
 def _running() -> dict[str, frozenset[int]]:
     """The threads and child processes running now (``Snapshot``'s last three fields)."""
     tasks = _tasks()
+    kids = children(os.getpid(), tasks) if _listed_children(tasks) else ()
     return dict(threads=frozenset(t.ident for t in threading.enumerate() if t.ident is not None),
-                native_threads=frozenset(int(t) for t in tasks), children=frozenset(children(os.getpid(), tasks)))
+                native_threads=frozenset(int(t) for t in tasks), children=frozenset(kids))
+
+
+def _environ() -> dict[Any, Any]:
+    """``os.environ`` as it stores it (encoded keys and values: a copy in C, not a decode per variable);
+    a plain copy where it is not the standard library's mapping."""
+    data = getattr(os.environ, "_data", None)
+    return dict(data) if isinstance(data, dict) else dict(os.environ)
+
+
+def _decoded(environ: dict[Any, Any]) -> dict[str, str]:
+    """``_environ``'s reading as str -> str."""
+    key, value = getattr(os.environ, "decodekey", None), getattr(os.environ, "decodevalue", None)
+    if key is None or value is None or not all(isinstance(k, bytes) for k in environ):
+        return {str(k): str(v) for k, v in environ.items()}
+    return {key(k): value(v) for k, v in environ.items()}
 
 
 def snapshot() -> Snapshot:
     return Snapshot(
-        environ=dict(os.environ), cwd=os.getcwd(), torch=torch_state(),
-        namespaces=tuple((name, dict(vars(obj))) for name, obj in NAMESPACES),
-        modules=dict(sys.modules), hooks=hooks.read(), imports=imports.read(), os=os_state.read(), **_running(),
+        environ=_environ(), cwd=os.getcwd(), torch=torch_state(),
+        namespaces=tuple((name, _copy(name, vars(obj))) for name, obj in NAMESPACES),
+        modules=_copy("sys.modules", sys.modules), hooks=hooks.read(), imports=imports.read(), os=os_state.read(),
+        **_running(),
     )
+
+
+# The last copy made of each watched dict (``_copy``), shared by later snapshots while it is unchanged.
+_copies: dict[str, dict[str, Any]] = {}
+
+
+def _copy(slot: str, live: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``live``: the last one made for ``slot`` when ``live`` still equals it (one comparison
+    in C, each value by identity first), so that snapshots of an unchanged worker share their dicts and
+    comparing two of them is an identity test (``_kept``).  Copies are never written to."""
+    last = _copies.get(slot)
+    try:
+        if last is not None and len(last) == len(live) and last == live:
+            return last
+    except Exception:        # a value whose == raises: copied, and compared name by name later
+        pass
+    _copies[slot] = copy = dict(live)
+    return copy
 
 
 # A thread that was joined, or a child that was waited for, can still be listed for a moment
@@ -251,20 +304,37 @@ class Disturbance:
 
 def _kept(old: dict[str, Any], new: dict[str, Any], *, closed: bool = False) -> bool:
     """Every name of ``old`` still bound to the same object in ``new``; ``closed``: and no name
-    added.  The fast path walks both in insertion order comparing identities in C: names added
-    since (a lazy import) come after the old ones, so an unchanged ``old`` is a prefix of ``new``.
-    A removal or a re-insertion breaks the order; then the items are compared as sets."""
+    added.  Compared in C, with no copy: two dicts of one length as a whole (each value by identity
+    first), a longer ``new`` (names added since: a lazy import) as a superset of ``old``'s items.
+    A value that is not the same object fails here, and ``_rebound`` then names it by identity."""
+    if old is new:
+        return True
     if len(new) < len(old) or (closed and len(new) != len(old)):
         return False
-    n = len(old)
+    key = (id(old), id(new), closed)
+    if key in _kept_pairs:
+        return True
     try:
-        # list == compares identity first, element by element, in C
-        if list(old) == list(itertools.islice(new, n)) and \
-                list(old.values()) == list(itertools.islice(new.values(), n)):
-            return True
-        return old.items() <= new.items()
+        kept = old == new if len(new) == len(old) else old.items() <= new.items()
     except Exception:        # a value whose == raises (a tensor bound in place of a function)
         return False
+    if kept:
+        _remember(_kept_pairs, key, (old, new))
+    return bool(kept)
+
+
+# Pairs of snapshot dicts (never written to) found kept, and sys.modules pairs found with no impostor,
+# with the dicts themselves (so their ids are not reused): the drift check compares the worker's
+# pristine snapshot with each case's, which share their dicts while nothing changes (``_copy``).
+_kept_pairs: dict[tuple[int, int, bool], tuple[Any, Any]] = {}
+_clean_pairs: dict[tuple[int, int], tuple[Any, Any]] = {}
+_MAX_PAIRS = 512
+
+
+def _remember(pairs: dict, key: tuple, value: tuple) -> None:
+    if len(pairs) >= _MAX_PAIRS:
+        pairs.clear()
+    pairs[key] = value
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -316,8 +386,19 @@ def _added(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [name for name in new if name not in old]
 
 
+def _modules_kept(before: Snapshot, after: Snapshot) -> bool:
+    """``sys.modules`` unchanged (one length, every entry the same object): the common case, one C
+    comparison, and nothing replaced, removed or added to look at."""
+    return len(before.modules) == len(after.modules) and _kept(before.modules, after.modules)
+
+
 def _impostors(before: Snapshot, after: Snapshot) -> list[tuple[str, str]]:
-    return imports.added_modules(_added(before.modules, after.modules), after.modules, before.imports.meta_path)
+    if _modules_kept(before, after) or (id(before.modules), id(after.modules)) in _clean_pairs:
+        return []
+    found = imports.added_modules(_added(before.modules, after.modules), after.modules, before.imports)
+    if not found:          # each added module judged genuine once, for good (``imports._judged``)
+        _remember(_clean_pairs, (id(before.modules), id(after.modules)), (before.modules, after.modules))
+    return found
 
 
 def state_changes(before: Snapshot, after: Snapshot) -> list[str]:
@@ -329,8 +410,9 @@ def state_changes(before: Snapshot, after: Snapshot) -> list[str]:
     for (ns, old), (_, new) in zip(before.namespaces, after.namespaces):
         out += [f"{ns}.{name} {how}"
                 for name, how in _rebound(old, new, isinstance(_BY_NAME[ns], type), ns in _STDLIB)]
-    out += [f"sys.modules[{name!r}] {how}" for name, how in _rebound(before.modules, after.modules, False)]
-    out += [why for _, why in _impostors(before, after)]
+    if not _modules_kept(before, after):
+        out += [f"sys.modules[{name!r}] {how}" for name, how in _rebound(before.modules, after.modules, False)]
+        out += [why for _, why in _impostors(before, after)]
     out += imports.changes(before.imports, after.imports)
     return out + hooks.changes(before.hooks, after.hooks) + os_state.changes(before.os, after.os)
 
@@ -359,10 +441,10 @@ def restore(before: Snapshot, after: Snapshot, state_changed: bool = True) -> li
     decides); returns the environment variables and cwd it put back."""
     put_back = []
     if after.environ != before.environ:
-        changed = sorted(k for k in before.environ.keys() | after.environ.keys()
-                         if before.environ.get(k) != after.environ.get(k))
+        old, new = _decoded(before.environ), _decoded(after.environ)
+        changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
         os.environ.clear()
-        os.environ.update(before.environ)
+        os.environ.update(old)
         put_back += [f"environment variable {k}" for k in changed]
     if after.cwd != before.cwd:
         os.chdir(before.cwd)
@@ -432,10 +514,10 @@ def put_back_warnings(before: Snapshot, after: Snapshot) -> tuple[str, ...]:
     a variable at import sees it in its first case only; the kernel is imported once per
     worker, so every later case in that worker runs without it."""
     out = []
-    keys = sorted(k for k in before.environ.keys() | after.environ.keys()
-                  if before.environ.get(k) != after.environ.get(k))
+    old, new = (_decoded(before.environ), _decoded(after.environ)) if before.environ != after.environ else ({}, {})
+    keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     if keys:
-        how = {k: "set" if k not in before.environ else "removed" if k not in after.environ else "changed"
+        how = {k: "set" if k not in old else "removed" if k not in new else "changed"
                for k in keys}
         listed = ", ".join(f"{k} ({how[k]})" for k in keys[:_MAX_NAMED]) + \
             (f", and {len(keys) - _MAX_NAMED} more" if len(keys) > _MAX_NAMED else "")
@@ -502,6 +584,11 @@ class Watch:
 
     def __enter__(self) -> "Watch":
         _collect()        # garbage an earlier case left is finalised now, before its drift is judged
+        if _collecting[0] and self._pristine is not None and _frozen_pristine[0] is not self._pristine:
+            # the worker's snapshot at start lives as long as it: out of the collector's reach, not
+            # walked by the two collections of every case (~50 us each)
+            gc.freeze()
+            _frozen_pristine[0] = self._pristine
         before = snapshot()
         if self._pristine is not None:
             changed = drift(self._pristine, before)
@@ -522,6 +609,7 @@ class Watch:
 
 # Set by ``freeze_baseline`` (the worker, at start): full collections around every window.
 _collecting = [False]
+_frozen_pristine: list[Any] = [None]      # the pristine snapshot frozen (``Watch.__enter__``)
 
 
 def freeze_baseline(collect: bool = True) -> None:
@@ -535,6 +623,7 @@ def freeze_baseline(collect: bool = True) -> None:
     if collect:
         gc.collect()
     gc.freeze()
+    imports.set_baseline(imports.read())     # the finders and hooks an added module is judged against
     _collecting[0] = True
 
 

@@ -29,8 +29,17 @@ import resource
 import time
 from dataclasses import dataclass
 
-RLIMITS: tuple[tuple[str, int], ...] = tuple(
-    (name, getattr(resource, name)) for name in sorted(dir(resource)) if name.startswith("RLIMIT_"))
+def _distinct_limits() -> tuple[tuple[str, int], ...]:
+    """Every ``RLIMIT_*`` once, by name; an alias (RLIMIT_OFILE is RLIMIT_NOFILE on Linux) is read once,
+    named by the first of its names."""
+    by_number: dict[int, str] = {}
+    for name in sorted(n for n in dir(resource) if n.startswith("RLIMIT_")):
+        by_number.setdefault(getattr(resource, name), name)
+    return tuple(sorted(((name, which) for which, name in by_number.items())))
+
+
+RLIMITS: tuple[tuple[str, int], ...] = _distinct_limits()
+_WHICH = tuple(which for _, which in RLIMITS)
 SHM = "/dev/shm"
 _MAX_NAMED = 5
 
@@ -40,29 +49,44 @@ class OsState:
     """One reading (cheap: a few syscalls, one listing of /proc/self/fd and /dev/shm)."""
 
     rlimits: tuple[tuple[int, int], ...]      # (soft, hard) per RLIMITS entry
-    fds: tuple[int, ...] | None               # open descriptor numbers; None: could not be listed
+    fds: tuple[str, ...] | None               # /proc/self/fd's listing (its own descriptor in it); None: could not be
     affinity: frozenset[int] | None           # None where there is no sched_getaffinity
     nice: int | None
     shm: frozenset[str] | None                # names in /dev/shm; None where there is none
     at_ns: int                                # when it was read (a /dev/shm file changed after: the window's)
 
 
-def _fds() -> tuple[int, ...] | None:
+def _fds() -> tuple[str, ...] | None:
+    """The open descriptors' numbers, as /proc/self/fd lists them, less the listing's own."""
     try:
-        names = sorted(int(n) for n in os.listdir("/proc/self/fd"))
+        names = os.listdir("/proc/self/fd")
     except OSError:                  # EMFILE (a kernel used up the limit), or no /proc
         return None
-    # the listing's own descriptor was the lowest free number, and is closed now: the first one
-    # listed that is not open is it
-    for i, fd in enumerate(names):
-        try:
-            os.fstat(fd)
-        except OSError:
-            return tuple(names[:i] + names[i + 1:])
+    # the listing's own descriptor was the lowest free number, and is closed now: the lowest free
+    # number again, which one dup tells (two syscalls, not one fstat per descriptor below it)
+    try:
+        own = os.dup(int(min(names, key=int)))
+        os.close(own)
+    except (OSError, ValueError):
+        own = None
+    if own is None or str(own) not in names:
+        return _fds_by_fstat(names)
+    names.remove(str(own))
     return tuple(names)
 
 
-def _target(fd: int) -> str:
+def _fds_by_fstat(names: list[str]) -> tuple[str, ...]:
+    """The same, where no descriptor could be duplicated: the first listed that is not open is it."""
+    for fd in sorted(names, key=int):
+        try:
+            os.fstat(int(fd))
+        except OSError:
+            names.remove(fd)
+            break
+    return tuple(names)
+
+
+def _target(fd: str) -> str:
     try:
         return os.readlink(f"/proc/self/fd/{fd}")
     except OSError:                  # the listing's own descriptor, closed since
@@ -91,7 +115,7 @@ def _shm() -> frozenset[str] | None:
 
 
 def read() -> OsState:
-    return OsState(rlimits=tuple(resource.getrlimit(r) for _, r in RLIMITS), fds=_fds(),
+    return OsState(rlimits=tuple(map(resource.getrlimit, _WHICH)), fds=_fds(),
                    affinity=_affinity(), nice=_nice(), shm=_shm(), at_ns=time.time_ns())
 
 
@@ -120,18 +144,19 @@ def changes(before: OsState, after: OsState) -> list[str]:
 def window_changes(before: OsState, after: OsState) -> list[str]:
     """What a kernel's window left: descriptors opened and not closed, files left in /dev/shm."""
     out = []
+    open_before = len(before.fds or ())
     if after.fds is None and before.fds is not None:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         out.append(f"no descriptor free: /proc/self/fd could not be listed after the launch "
-                   f"({len(before.fds)} open before it, RLIMIT_NOFILE soft {_limit(soft)})")
-    elif after.fds is not None and before.fds is not None:
-        new = sorted(set(after.fds) - set(before.fds))
+                   f"({open_before} open before it, RLIMIT_NOFILE soft {_limit(soft)})")
+    elif after.fds is not None and before.fds is not None and after.fds != before.fds:
+        new = sorted(set(after.fds) - set(before.fds), key=int)
         targets = [(fd, _target(fd)) for fd in new]
         left = [(fd, t) for fd, t in targets if t]      # "": the listing's own descriptor, gone
         if left:
             named = ", ".join(f"{fd} → {t}" for fd, t in left[:_MAX_NAMED])
             more = f", and {len(left) - _MAX_NAMED} more" if len(left) > _MAX_NAMED else ""
-            out.append(f"{len(left)} descriptor(s) open ({len(before.fds)} → {len(before.fds) + len(left)}): "
+            out.append(f"{len(left)} descriptor(s) open ({open_before} → {open_before + len(left)}): "
                        f"{named}{more}")
     if before.shm is not None and after.shm is not None and after.shm != before.shm:
         mine = sorted(n for n in after.shm - before.shm if _created_by_us(n, before.at_ns))

@@ -51,14 +51,26 @@ def preloads_mutant_modules(**args):
     return out
 
 
+def _mutant_folders():
+    import harness.kernels as pkg
+    return {os.path.join(list(pkg.__path__)[0], "mutants"), os.path.dirname(os.path.abspath(__file__))}
+
+
 class _Hook:
+    """A path hook that answers the mutants' folders with the reference's finder (declines the rest)."""
+
     def __call__(self, path):
+        if path in _mutant_folders():
+            return _CachedKernels()
         raise ImportError(path)
 
 
 def path_hook_first(**args):
+    """Puts its hook first and drops the mutants' folders from the importer cache, so it is asked."""
     out = _reference(**args)
     sys.path_hooks.insert(0, _Hook())
+    for folder in _mutant_folders():
+        sys.path_importer_cache.pop(folder, None)
     return out
 
 
