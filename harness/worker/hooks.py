@@ -13,12 +13,13 @@ a later case computes or how it is labelled, without touching a tensor the check
   worker modules that judge a case (the comparison, the checks, the launch);
 - Python signal handlers, armed interval timers (``signal.alarm`` is ``ITIMER_REAL``),
   ``gc.callbacks`` and whether the collector is on, ``sys.settrace`` / ``sys.setprofile``
-  (and their ``threading`` twins).  The import machinery is ``imports.py``'s (a finder
-  appended to ``sys.meta_path``, as transformers does on import, is no finding; one put ahead
-  of the import system's own is);
+  (and their ``threading`` twins).  The import machinery is ``imports.py``'s (a finder or path
+  hook is judged by what the harness's and the kernel paths' modules then resolve to, not by
+  where it sits);
 - audit hooks: ``sys.addaudithook`` cannot be undone or listed, but it raises the audit
   event ``sys.addaudithook`` to the hooks already there, so the worker installs one hook of
-  its own at start (``install_audit_sentinel``) that counts them.
+  its own at start (``install_audit_sentinel``) that counts them (and records the
+  ``/dev/shm`` files this process opens, for ``os_state``).
 
 Everything here is a finding when it changed; what can be put back is put back for the
 case's own checks (``restore``), and the worker is replaced either way.
@@ -38,6 +39,8 @@ from typing import Any
 
 import torch
 import torch.library
+
+from harness.worker.os_state import note_open
 
 # Device types whose autocast state torch keeps (``torch.is_autocast_enabled(device_type)``);
 # one unknown to this torch is skipped.
@@ -71,7 +74,9 @@ _sentinel_installed = [False]
 
 
 def _sentinel(event: str, args: tuple) -> None:
-    if event == "sys.addaudithook":
+    if event == "open":                  # which /dev/shm files this process made (os_state)
+        note_open(args[0])
+    elif event == "sys.addaudithook":
         _audit_hooks_added[0] += 1
 
 

@@ -13,11 +13,14 @@ that is not its own:
 - CPU affinity and the nice value (of the worker's main thread, which runs the cases): a worker
   pinned to one CPU at nice 19 runs every later case slowly.  Affinity is put back; a nice value
   cannot be lowered again without privilege;
-- files the kernel created in ``/dev/shm`` (owned by this user, changed in the window): memory that
-  outlives the run.  Named, not removed (the harness deletes no file it cannot prove is the
-  kernel's: another process of this user may share ``/dev/shm``).  multiprocessing's semaphores
-  (``sem.mp-*``) are not counted: any Python process of this user makes and unlinks them, so one
-  seen in a window is as likely another process's; a kernel could hide a file under that name.
+- files the kernel created in ``/dev/shm``: memory that outlives the run.  Other processes of this
+  user share ``/dev/shm`` (a browser, another test's worker, a parallel run), so a file that
+  appears during the window is the kernel's only if this process opened it (the worker's audit
+  hook records every ``open`` of a ``/dev/shm`` path: ``note_open``) or holds it at the window's
+  end (a descriptor or a mapping: ``shm_open`` from C, torch's shared tensors).  A file made from
+  C code and released before the window ends is not seen.  Named, not removed (the harness deletes
+  no file it cannot prove is the kernel's).  multiprocessing's semaphores (``sem.mp-*``) are not
+  counted: any Python process makes and unlinks them.
 
 Descriptors and ``/dev/shm`` are compared inside a case's window only (``window_changes``): the
 harness opens the case log around the window, and other processes share ``/dev/shm``.
@@ -54,6 +57,7 @@ class OsState:
     nice: int | None
     shm: frozenset[str] | None                # names in /dev/shm; None where there is none
     at_ns: int                                # when it was read (a /dev/shm file changed after: the window's)
+    opened_shm: frozenset[str] = frozenset()  # /dev/shm names this process opened since the last reading
 
 
 def _fds() -> tuple[str, ...] | None:
@@ -114,8 +118,48 @@ def _shm() -> frozenset[str] | None:
         return None
 
 
+_SHM_PREFIX = SHM + "/"
+_opened_shm: set[str] = set()
+
+
+def note_open(path: object) -> None:
+    """The audit hook's ``open`` event (builtins ``open``, ``os.open``, ``io.open``): a path in
+    ``/dev/shm`` is recorded as this process's.  Cheap for every other path (one prefix test)."""
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if isinstance(path, str) and path.startswith(_SHM_PREFIX):
+        _opened_shm.add(os.path.basename(path.rstrip("/")))
+
+
+def _take_opened() -> frozenset[str]:
+    opened = frozenset(_opened_shm)
+    _opened_shm.clear()
+    return opened
+
+
+def _held() -> set[str]:
+    """The ``/dev/shm`` names this process holds: through a descriptor or a mapping."""
+    held = set()
+    try:
+        for fd in os.listdir("/proc/self/fd"):
+            target = _target(fd)
+            if target.startswith(_SHM_PREFIX):
+                held.add(target[len(_SHM_PREFIX):].removesuffix(" (deleted)"))
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                at = line.find(_SHM_PREFIX)
+                if at >= 0:
+                    held.add(line[at + len(_SHM_PREFIX):].rstrip("\n").removesuffix(" (deleted)"))
+    except OSError:
+        pass
+    return held
+
+
 def read() -> OsState:
-    return OsState(rlimits=tuple(map(resource.getrlimit, _WHICH)), fds=_fds(),
+    return OsState(opened_shm=_take_opened(), rlimits=tuple(map(resource.getrlimit, _WHICH)), fds=_fds(),
                    affinity=_affinity(), nice=_nice(), shm=_shm(), at_ns=time.time_ns())
 
 
@@ -159,7 +203,9 @@ def window_changes(before: OsState, after: OsState) -> list[str]:
             out.append(f"{len(left)} descriptor(s) open ({open_before} → {open_before + len(left)}): "
                        f"{named}{more}")
     if before.shm is not None and after.shm is not None and after.shm != before.shm:
-        mine = sorted(n for n in after.shm - before.shm if _created_by_us(n, before.at_ns))
+        new = [n for n in after.shm - before.shm if _created_by_us(n, before.at_ns)]
+        held = _held() if new and not set(new) <= after.opened_shm else set()
+        mine = sorted(n for n in new if n in after.opened_shm or n in held)
         if mine:
             out.append(f"{len(mine)} file(s) in {SHM}: " + ", ".join(mine[:_MAX_NAMED])
                        + (f", and {len(mine) - _MAX_NAMED} more" if len(mine) > _MAX_NAMED else ""))
