@@ -29,7 +29,7 @@ from harness.run.engine import Planned
 from harness.run.options import ResumeOptions, kernel_paths
 from harness.run.session import Addendum, Recorded, document, execute, terminated_as_interrupt
 from harness.store import Store
-from harness.stored import MUTANT_KINDS
+from harness.reports.history import MUTANT_KINDS
 
 
 def cmd_flake(args) -> int:
