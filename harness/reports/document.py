@@ -1,13 +1,13 @@
 """The report document, read once, and what every renderer shares.
 
-A report document is the dict ``harness.report_document.build_document`` builds (and
+A report document is the dict ``harness.document.build_document`` builds (and
 ``--json`` writes; docs/json-schema.md), plus optional keys other commands add:
 ``kind`` (``run``, ``flake``, ``compare``, ``bisect``, ``merge``), ``run_id``,
 ``refs`` (the kernel-library checkouts: ``name``, ``sha``, ``subject``,
 ``build``), ``flake`` (per-case hunt summaries) and ``shards``.  Results may
 carry ``ref``.  Everything here is pure: no rendering, no torch.
 
-``outcome_table`` is the engineers' table of a document (``harness.outcome_table``;
+``outcome_table`` is the engineers' table of a document (``harness.document.table``;
 one row per case, one column per ref, device or a single column; cells
 ``0/5 PASS, 5/5 FAIL_507018``): the Markdown and HTML reports build it here.
 ``failure_groups`` is their list of failures: one entry per case and label.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from harness.formats import pct
-from harness.outcome_table import Column, OutcomeTable, cell_text, label_details, passed_text, tabulate
+from harness.document.table import Column, OutcomeTable, cell_text, label_details, passed_text, tabulate
 from harness.outcomes import Outcome, Result
 
 __all__ = [

@@ -23,7 +23,7 @@ from harness.flake.summary import summarize_hunt
 from harness.outcomes import Result
 from harness.latency.across import latency_rows
 from harness.refs import compare as refcompare
-from harness.report_document import build_document
+from harness.document import build_document
 from harness.store import Store
 
 

@@ -30,7 +30,7 @@ from harness.reports.latency_html import section as latency_section
 from harness.files import write_text
 from harness.formats import blocking_rerun_text, device_log_text, inputs_text
 from harness.logs import clean_text, log_tail
-from harness.outcome_table import label_counts
+from harness.document.table import label_counts
 from harness.intermediates import table as intermediates_table
 from harness.reports.document import (
     FLAKE_COLUMNS, FailureGroup, failing, failure_groups, flake_confidence, flake_rows, kind_of, outcome_table,

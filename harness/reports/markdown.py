@@ -28,7 +28,7 @@ from harness.logs import clean_text, log_tail
 from harness.latency.statistics import ratio_text
 from harness.reports.latency_text import markdown_table
 from harness.flake.changes import decide_text
-from harness.outcome_table import label_counts
+from harness.document.table import label_counts
 from harness.intermediates import table as intermediates_table
 from harness.reports.document import (
     FLAKE_COLUMNS, FailureGroup, failing, failure_groups, flake_confidence, flake_rows, kind_of, outcome_table,

@@ -1,7 +1,13 @@
 """The report document as data: what ``--json`` writes and every format renders (docs/json-schema.md).
 
-Built by the session, ``harness compare`` and ``harness report``; written by
-``harness.reports`` (JSON, JUnit, Markdown, HTML).
+Built here (``build_document``) by the session, ``harness compare``, ``harness bisect`` and
+``harness report``; written by ``harness.reports`` (JSON, JUnit, Markdown, HTML).
+
+``summary``  what every run's summary counts, and the strict JSON every stored or written value
+             passes through;
+``table``    the engineers' table of results (``0/5 PASS, 5/5 FAIL_507018``).
+
+Pure data: no rendering, no torch.
 """
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ import time
 
 from harness import __version__
 from harness.outcomes import Result
-from harness.summary import strict_json, summarize
+from harness.document.summary import strict_json, summarize
 
 SCHEMA_VERSION = 1
 
