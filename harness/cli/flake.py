@@ -21,7 +21,7 @@ from harness.flake.hunt import HuntOptions
 from harness.flake.summary import HuntSummary, hunt_failed, summarize_hunt
 from harness.outcomes import Outcome, Result
 from harness.refs.runner import RefRunner, RefSetup
-from harness.reports.document import load_document, results_of
+from harness.document import load_document, results_of
 from harness.reports.flake_text import change_line, iteration_line, summary_lines
 from harness.reports.latency_text import latency_lines
 from harness.reports.terminal import Reporter

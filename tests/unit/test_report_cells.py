@@ -19,7 +19,8 @@ from harness.document.table import Detail, cell_text, detail, details_text, tabu
 from harness.outcomes import Outcome, Result
 from harness.refs import compare as refcompare
 from harness.document import build_document
-from harness.reports.document import failure_groups, flake_rows
+from harness.document.failures import failure_groups
+from harness.document.sections import flake_rows
 from harness.reports.html import render_html
 from harness.reports.junit import write_junit
 from harness.reports.markdown import escape, render_markdown

@@ -9,8 +9,7 @@ import json
 from rich.console import Console
 
 from harness.outcomes import Outcome, Result
-from harness.document import build_document
-from harness.reports.document import results_of
+from harness.document import build_document, results_of
 from harness.reports.html import render_html
 from harness.reports.markdown import render_markdown
 from harness.reports.terminal import Reporter
