@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.worker.ratio_allclose import ratio_allclose  # noqa: E402
 from harness.outcomes import Outcome, Result  # noqa: E402
 from harness.reports.html import write_html  # noqa: E402
-from harness.report_document import build_document  # noqa: E402
+from harness.document import build_document  # noqa: E402
 from harness.reports.junit import write_junit  # noqa: E402
 from harness.reports.markdown import render_markdown  # noqa: E402
 from harness.files import write_text  # noqa: E402

@@ -426,7 +426,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     if hasattr(config, "workerinput") or run is None:
         return
     from harness.store import Store
-    from harness.summary import summarize
+    from harness.document.summary import summarize
     for path in sorted(config.stash.get(_OPENED_KEY, set())):
         if not Path(path).exists():
             continue

@@ -60,7 +60,7 @@ from harness import __version__
 from harness.errors import HarnessError, UsageError
 from harness.outcomes import Outcome, Result
 from harness.path_kinds import special_kind
-from harness.summary import strict_json as strict_json_value
+from harness.document.summary import strict_json as strict_json_value
 
 DEFAULT_STORE = Path("reports/results.sqlite")
 SCHEMA_VERSION = 1

@@ -13,7 +13,7 @@ import torch
 
 from harness.worker.ratio_allclose import ratio_allclose
 from harness.outcomes import Outcome, Result
-from harness.report_document import build_document
+from harness.document import build_document
 
 NASTY_ID = "evil[name=<script>alert(1)</script>|x*y_z`tick`[a](b)]"
 NASTY_SUMMARY = "out: | broken *row* _x_ `code` <b>bold</b>\nsecond line [link](http://x) & more"

@@ -21,8 +21,8 @@ from harness.outcomes import Result
 from harness.provenance import run_provenance
 from harness import refs
 from harness.refs.runner import RefRunner, RefSetup
-from harness.report_document import build_document
-from harness.summary import summarize
+from harness.document import build_document
+from harness.document.summary import summarize
 from harness.store import Store
 
 

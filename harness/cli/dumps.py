@@ -11,7 +11,7 @@ from harness.files import atomic_path
 from harness.formats import printable
 from harness.intermediates import table
 from harness.run import options
-from harness.summary import strict_json
+from harness.document.summary import strict_json
 
 
 def cmd_dumps(args) -> int:

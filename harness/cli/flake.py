@@ -21,7 +21,7 @@ from harness.flake.hunt import HuntOptions
 from harness.flake.summary import HuntSummary, hunt_failed, summarize_hunt
 from harness.outcomes import Outcome, Result
 from harness.refs.runner import RefRunner, RefSetup
-from harness.reports.document import load_document, results_of
+from harness.document import load_document, results_of
 from harness.reports.flake_text import change_line, iteration_line, summary_lines
 from harness.reports.latency_text import latency_lines
 from harness.reports.terminal import Reporter
@@ -29,7 +29,7 @@ from harness.run.engine import Planned
 from harness.run.options import ResumeOptions, kernel_paths
 from harness.run.session import Addendum, Recorded, document, execute, terminated_as_interrupt
 from harness.store import Store
-from harness.stored import MUTANT_KINDS
+from harness.reports.history import MUTANT_KINDS
 
 
 def cmd_flake(args) -> int:

@@ -17,8 +17,8 @@ from harness.refs.git import open_repo
 from harness.refs.runner import RefRunner
 from harness.reports.writers import write_outputs
 from harness.run.options import ResumeOptions, kernel_paths, repo_state_dir
-from harness.stored import stored_document
-from harness.summary import summarize
+from harness.reports.history import stored_document
+from harness.document.summary import summarize
 
 GIT_GOOD, GIT_BAD, GIT_SKIP = 0, 1, 125
 

@@ -15,7 +15,7 @@ from harness.run.options import MAX_REPEAT
 from harness.run.pool import ISOLATION_MODES
 from harness.shard.split import ShardError, parse_shard
 from harness.store import DEFAULT_STORE
-from harness.stored import KIND_FAMILIES
+from harness.reports.history import KIND_FAMILIES
 
 MAX_SHARDS = 10_000     # no real split comes near; the split's plan is built per shard
 

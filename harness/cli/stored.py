@@ -13,9 +13,9 @@ from harness.errors import UsageError
 from harness.outcomes import Outcome
 from harness.reports.audit_text import is_audit_document, write_audit
 from harness.reports.audit_text import render_markdown as render_audit_markdown
-from harness.reports.document import load_document
+from harness.document import load_document
 from harness.latency.statistics import us
-from harness.stored import case_history, stored_document
+from harness.reports.history import case_history, stored_document
 from harness.reports.writers import write_outputs
 from harness.shard.merge import merge
 from harness.store import Store

@@ -28,17 +28,17 @@ from harness.flake.hunt import HuntOptions, plan
 from harness.flake.summary import HuntSummary, summarize_case
 from harness.latency.across import latency_rows, undecided
 from harness.latency.statistics import MIN_ROUNDS
-from harness.outcome_table import Column, tabulate
+from harness.document.table import Column, tabulate
 from harness.commands.selection import deciding
 from harness.outcomes import Outcome, Result
 from harness.provenance import run_provenance
 from harness.refs.git import Commit
 from harness.refs.runner import PreparedRef, RefRunner, RefSetup
-from harness.report_document import build_document
+from harness.document import build_document
 from harness.run.engine import Planned
 from harness.run.options import ResumeOptions
 from harness.store import Store
-from harness.summary import summarize
+from harness.document.summary import summarize
 
 
 class RefVerdict(Enum):

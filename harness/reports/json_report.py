@@ -1,4 +1,4 @@
-"""The ``--json`` file: the report document (``harness.report_document``) as strict JSON."""
+"""The ``--json`` file: the report document (``harness.document``) as strict JSON."""
 from __future__ import annotations
 
 import json

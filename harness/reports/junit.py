@@ -30,12 +30,13 @@ from typing import Any, Mapping
 
 from junitparser import Error, Failure, JUnitXml, Properties, Property, Skipped, TestCase, TestSuite
 
+from harness.document import kind_of, results_of
+from harness.document.sections import provenance_items
 from harness.files import atomic_path
 from harness.formats import blocking_rerun_text, device_log_text
 from harness.intermediates import table as intermediates_table
 from harness.logs import clean_text, log_tail
 from harness.outcomes import Outcome, Result
-from harness.reports.document import kind_of, provenance_items, results_of
 from harness.reports.junit_compare import CompareRoles
 
 __all__ = ["build_junit", "write_junit"]

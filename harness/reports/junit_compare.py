@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from harness.document import kind_of
 from harness.outcomes import Result
-from harness.reports.document import kind_of
 
 
 @dataclass(frozen=True)

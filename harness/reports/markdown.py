@@ -28,12 +28,11 @@ from harness.logs import clean_text, log_tail
 from harness.latency.statistics import ratio_text
 from harness.reports.latency_text import markdown_table
 from harness.flake.changes import decide_text
-from harness.outcome_table import label_counts
+from harness.document import kind_of, results_of
+from harness.document.failures import FailureGroup, failing, failure_groups, result_warnings
+from harness.document.sections import FLAKE_COLUMNS, flake_confidence, flake_rows, provenance_items
+from harness.document.table import label_counts, outcome_table, totals_text
 from harness.intermediates import table as intermediates_table
-from harness.reports.document import (
-    FLAKE_COLUMNS, FailureGroup, failing, failure_groups, flake_confidence, flake_rows, kind_of, outcome_table,
-    provenance_items, result_warnings, results_of, totals_text,
-)
 
 __all__ = ["MAX_CHARS", "escape", "fenced", "render_markdown"]
 

@@ -16,10 +16,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from harness.outcome_table import NEAR_TIE, PASS, passed_text
+from harness.document.failures import failure_groups, result_warnings
+from harness.document.table import NEAR_TIE, PASS, passed_text
 from harness.formats import blocking_rerun_text, printable
 from harness.outcomes import Outcome, Result
-from harness.reports.document import failure_groups, result_warnings
 
 _STYLE = {Outcome.PASS: "green", Outcome.NEAR_TIE: "green", Outcome.SKIPPED: "yellow"}
 

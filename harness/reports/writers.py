@@ -2,7 +2,7 @@
 
 The registry the front ends use for ``--json``, ``--junit``, ``--markdown`` and
 ``--html``; each writer renders the one report document (see
-``harness.report_document.build_document``) and is imported only when asked for, so a run
+``harness.document.build_document``) and is imported only when asked for, so a run
 that writes no HTML never imports matplotlib.
 """
 from __future__ import annotations

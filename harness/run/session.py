@@ -28,8 +28,8 @@ from harness.run.engine import Engine, Planned, RunOptions
 from harness.run.options import ResumeOptions
 from harness.outcomes import Result
 from harness.provenance import run_provenance
-from harness.report_document import build_document
-from harness.summary import summarize
+from harness.document import build_document
+from harness.document.summary import summarize
 from harness.store import Store, planned_entries
 
 

@@ -35,8 +35,8 @@ from typing import Any
 from harness import __version__
 from harness.errors import UsageError
 from harness.outcomes import Outcome, Result
-from harness.report_document import SCHEMA_VERSION
-from harness.summary import strict_json, summarize
+from harness.document import SCHEMA_VERSION
+from harness.document.summary import strict_json, summarize
 from harness.store import Store, StoreError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"

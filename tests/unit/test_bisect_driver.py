@@ -110,7 +110,7 @@ def test_steps_saved_by_an_older_harness_still_read():
 
 def test_a_stored_bisect_document_has_its_own_times_and_the_devices_provenance():
     from harness.store import MemoryStore
-    from harness.stored import stored_document
+    from harness.reports.history import stored_document
 
     store = MemoryStore()
     state = BisectState(_commits(2), FlakyBisect(2), Signature.parse("HANG"))
@@ -149,7 +149,7 @@ def _command_failed(ref: str) -> Result:
 def test_a_command_failing_everywhere_shows_what_it_printed_in_the_conclusion():
     from harness.reports.markdown import render_markdown
     from harness.store import MemoryStore
-    from harness.stored import stored_document
+    from harness.reports.history import stored_document
 
     store = MemoryStore()
     commits = _commits(4)

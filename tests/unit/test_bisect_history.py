@@ -1,5 +1,5 @@
 """`harness history` with bisects in the store: `--kind` and a bisect's steps grouped under it
-(harness/stored.py `case_history`, harness/cli/stored.py), in-process on a store file."""
+(harness/reports/history.py `case_history`, harness/cli/stored.py), in-process on a store file."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,7 @@ import pytest
 from harness.cli import main
 from harness.outcomes import Outcome, Result
 from harness.store import Store
-from harness.stored import KIND_FAMILIES, case_history
+from harness.reports.history import KIND_FAMILIES, case_history
 
 CASE = "kpkg-rope[batch=4]"
 

@@ -8,7 +8,7 @@ from junitparser import Failure, JUnitXml
 
 from harness.outcomes import Outcome, Result
 from harness.refs import compare as refcompare
-from harness.report_document import build_document
+from harness.document import build_document
 from harness.reports.junit import write_junit
 
 P, F, H = Outcome.PASS, Outcome.MISMATCH, Outcome.HANG

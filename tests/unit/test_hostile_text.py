@@ -9,7 +9,7 @@ from harness.cli import main
 from harness.formats import printable
 from harness.outcomes import Outcome, Result
 from harness.reports.terminal import Reporter
-from harness.summary import summarize
+from harness.document.summary import summarize
 
 HOSTILE = "m[a=\x1b[2J\x1b]0;pwned\x07]"
 SUMMARY = "boom\r\x1b[31moverwritten\x9b"

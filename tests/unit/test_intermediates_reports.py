@@ -7,7 +7,7 @@ from harness.intermediates import table
 from harness.intermediates.compare import Measurement, verdicts, headline, first_bad
 from harness.intermediates.spec import intermediates
 from harness.outcomes import Outcome, Result
-from harness.report_document import build_document
+from harness.document import build_document
 from harness.reports.html import render_html
 from harness.reports.junit import build_junit
 from harness.reports.markdown import render_markdown

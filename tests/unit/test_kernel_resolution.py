@@ -88,7 +88,7 @@ def test_every_executing_command_takes_kernel(command):
 
 
 def test_every_report_header_names_the_kernels_the_results_ran():
-    from harness.reports.document import provenance_items
+    from harness.document.sections import provenance_items
     doc = {"results": [{"kernel": "outside.torch_sdpa"}, {"kernel": "reference"}, {"kernel": "outside.torch_sdpa"}]}
     assert ("kernel", "outside.torch_sdpa, reference") in provenance_items(doc)
     assert not [k for k, _ in provenance_items({"results": []}) if k == "kernel"]

@@ -7,7 +7,7 @@ from harness.latency.across import latency_rows
 from harness.outcomes import Outcome, Result
 from harness.reports.html import render_html
 from harness.reports.markdown import render_markdown
-from harness.report_document import build_document
+from harness.document import build_document
 
 HOSTILE = "dec|ode<script>"
 

@@ -16,7 +16,7 @@ from harness.devices import DeviceError, parse_device, parse_device_list
 from harness.worker.inputs import generate
 from harness.worker.launch import ContractError, GuardedBuffer, launch, poison_mask, poisoned
 from harness.outcomes import Outcome, Result, label
-from harness.report_document import build_document
+from harness.document import build_document
 from harness.reports.json_report import write_document
 from harness.kernels import reference
 

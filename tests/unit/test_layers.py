@@ -14,7 +14,7 @@ PACKAGES = {"harness": "harness", "goldens": "harness.goldens", "kernels": "harn
 FRONT_ENDS = ("harness.cli", "harness.reports", "harness.pytest_plugin", "harness.__main__")
 # what the worker side (inside the device worker process) must never load
 NOT_IN_WORKER = ("harness.run", "harness.cli", "harness.reports", "harness.store", "harness.refs", "harness.bisect",
-                 "harness.audit", "harness.flake", "harness.shard", "harness.classify", "harness.pytest_plugin", "harness.stored",
+                 "harness.audit", "harness.flake", "harness.shard", "harness.classify", "harness.pytest_plugin",
                  "harness.commands")
 
 

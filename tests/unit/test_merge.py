@@ -13,9 +13,9 @@ import pytest
 from harness import __version__
 from harness.shard.merge import MergeError, load_durations, merge, source_kind, split_source
 from harness.outcomes import Outcome, Result
-from harness.report_document import build_document
+from harness.document import build_document
 from harness.reports.json_report import write_document
-from harness.summary import summarize
+from harness.document.summary import summarize
 from harness.shard.split import Shard, select_shard, shard_info, shard_plan
 from harness.store import Store
 

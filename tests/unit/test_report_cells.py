@@ -15,17 +15,18 @@ import re
 from rich.console import Console
 
 from harness.classify.matching import classify_exit, classify_text, classify_timeout
-from harness.outcome_table import Detail, cell_text, detail, details_text, tabulate
+from harness.document.table import Detail, cell_text, detail, details_text, tabulate
 from harness.outcomes import Outcome, Result
 from harness.refs import compare as refcompare
-from harness.report_document import build_document
-from harness.reports.document import failure_groups, flake_rows
+from harness.document import build_document
+from harness.document.failures import failure_groups
+from harness.document.sections import flake_rows
 from harness.reports.html import render_html
 from harness.reports.junit import write_junit
 from harness.reports.markdown import escape, render_markdown
 from harness.reports.terminal import Reporter
 from harness.run.pool import _fault_metrics
-from harness.summary import summarize
+from harness.document.summary import summarize
 from report_samples import cache_metrics, mismatch_metrics
 
 CASE = "fused-decode[batch=16,slot_mode=padded(0.25)]"

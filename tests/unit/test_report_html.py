@@ -14,7 +14,7 @@ import pytest
 from harness.outcomes import Outcome, Result
 from harness.reports.heatmap import MAX_PAGES, FigureRenderer, panels_for
 from harness.reports.html import render_html, write_html
-from harness.report_document import build_document
+from harness.document import build_document
 from report_samples import NASTY_ID, cache_metrics, flake_summary, mismatch_metrics, sample_document
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.formats import inputs_text
 from harness.outcomes import Outcome, Result
-from harness.report_document import build_document
+from harness.document import build_document
 from harness.reports.html import render_html
 from harness.reports.markdown import render_markdown
 

@@ -9,7 +9,7 @@ import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
 from harness.outcomes import Outcome, Result
-from harness.report_document import build_document
+from harness.document import build_document
 from harness.reports.junit import write_junit
 from report_samples import NASTY_ID, NASTY_SUMMARY, sample_document
 

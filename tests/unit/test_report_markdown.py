@@ -11,11 +11,10 @@ import re
 
 import pytest
 
-from harness.outcome_table import cell_text
+from harness.document import build_document, load_document, results_of
+from harness.document.table import cell_text, outcome_table
 from harness.outcomes import Outcome, Result
 from harness.logs import clean_text, log_tail
-from harness.reports.document import load_document, outcome_table, results_of
-from harness.report_document import build_document
 from harness.reports.json_report import write_document
 from harness.reports.markdown import escape, fenced, render_markdown
 from report_samples import NASTY_ID, flake_summary, sample_document

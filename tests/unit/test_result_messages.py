@@ -9,12 +9,11 @@ import json
 from rich.console import Console
 
 from harness.outcomes import Outcome, Result
-from harness.report_document import build_document
-from harness.reports.document import results_of
+from harness.document import build_document, results_of
 from harness.reports.html import render_html
 from harness.reports.markdown import render_markdown
 from harness.reports.terminal import Reporter
-from harness.summary import summarize
+from harness.document.summary import summarize
 
 WARNING = ("the kernel changed the environment: MYLIB_FAST (set); put back after this case, so later cases "
            "in this worker do not see the change")

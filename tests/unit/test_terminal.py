@@ -6,7 +6,7 @@ import io
 from rich.console import Console
 
 from harness.outcomes import Outcome, Result
-from harness.summary import summarize
+from harness.document.summary import summarize
 from harness.reports.terminal import Reporter
 
 RESULTS = [Result(case_id=f"m[i={i}][bold]x[/bold]", outcome=o, device=f"npu:{i % 2}", summary=f"why {i} [red]",

@@ -2,9 +2,9 @@
 
 Cells count labels and carry the key detail of the failures they count
 (``0/5 PASS, 5/5 CONTRACT (out 99.8% bad)``); a near-tie is a pass with a note
-(``5/5 PASS (4 clean, 1 near-tie)``).  ``harness compare`` builds its table here;
-the report renderers build theirs from a document through
-``harness.reports.document.outcome_table``.  Pure data: no rendering, no torch.
+(``5/5 PASS (4 clean, 1 near-tie)``).  ``harness compare`` builds its table here
+(``tabulate``), the report renderers theirs from a document (``outcome_table``).  Pure data:
+no rendering, no torch.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from harness.document import results_of
 from harness.formats import pct
 from harness.outcomes import Outcome, Result
 
@@ -36,6 +37,15 @@ def _ordered(counts: Mapping[str, int]) -> dict[str, int]:
 def passed_text(passed: int, near_tie: int) -> str:
     """``10 passed`` / ``10 passed (9 clean, 1 near-tie)``: a near-tie is a pass, noted."""
     return f"{passed} passed" + (f" ({passed - near_tie} clean, {near_tie} near-tie)" if near_tie else "")
+
+
+def totals_text(results: Iterable[Result]) -> str:
+    """``5 passed, 11 failed, 1 skipped``; near-ties are passes, noted: ``10 passed (9 clean, 1 near-tie)``."""
+    results = list(results)
+    near_tie = sum(r.outcome is Outcome.NEAR_TIE for r in results)
+    return (f"{passed_text(sum(r.outcome.passed for r in results), near_tie)}, "
+            f"{sum(r.outcome.failed for r in results)} failed, "
+            f"{sum(r.outcome is Outcome.SKIPPED for r in results)} skipped")
 
 
 def cell_text(counts: Mapping[str, int], details: Mapping[str, str] | None = None) -> str:
@@ -307,3 +317,25 @@ def tabulate(results: Iterable[Result], ref_columns: Sequence[Column] = ()) -> O
                  for key, c in per_column.items()}
         grouped.setdefault(matrix_of[case_id], []).append(Row(case_id, matrix_of[case_id], cells))
     return OutcomeTable(by, tuple(columns), tuple((m, tuple(rows)) for m, rows in grouped.items()))
+
+
+# -- a document's table: its refs first among the columns --------------------------
+
+def short_sha(sha: Any) -> str:
+    return str(sha or "")[:7]
+
+
+def ref_title(ref: Mapping[str, Any]) -> str:
+    """``upstream 68889bc``: how a ref heads a column."""
+    sha = short_sha(ref.get("sha"))
+    name = str(ref.get("name") or sha or "?")
+    return f"{name} {sha}" if sha and sha != name else name
+
+
+def outcome_table(source: Mapping[str, Any] | Iterable[Result]) -> OutcomeTable:
+    """The engineers' table of a document (its ``refs`` first among the columns) or of bare results."""
+    if not isinstance(source, Mapping):
+        return tabulate(source)
+    refs = [r for r in source.get("refs") or [] if isinstance(r, Mapping)]
+    return tabulate(results_of(source), [Column(str(r.get("name") or short_sha(r.get("sha"))), ref_title(r))
+                                         for r in refs])

@@ -1,4 +1,4 @@
-"""What the store holds, for the front ends: the report document of a stored run, whatever its
+"""Past runs read back from the store: the report document of a stored run, whatever its
 kind (``harness report RUN_ID``), and a case's history across runs (``harness history``).
 
 A plain run (``run``, ``pytest``) is its own results; a flake hunt adds its
@@ -6,7 +6,7 @@ per-case summaries; ``compare`` and ``bisect`` keep their results in child runs
 (one per ref or step) and their verdicts in the parent's ``extra``.  Everything
 is rebuilt from what the store holds, so any stored run renders in any format.
 The domain modules (flake summaries, the compare table, the bisect state) do the
-rebuilding here, below the renderers, which only read the document.
+rebuilding here; the renderers beside this module only read the document.
 
 In a history a session's child runs (a bisect's steps, a compare's refs) are one entry
 under their parent, not one unrelated line each.
@@ -23,7 +23,7 @@ from harness.flake.summary import summarize_hunt
 from harness.outcomes import Result
 from harness.latency.across import latency_rows
 from harness.refs import compare as refcompare
-from harness.report_document import build_document
+from harness.document import build_document
 from harness.store import Store
 
 
