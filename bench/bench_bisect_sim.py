@@ -1,6 +1,7 @@
 """Simulate the flake-aware bisection against plain bisection that repeats each step k times.
 
     python bench/bench_bisect_sim.py [--trials 200] [--quick] [--seed 0] [--jobs 2]
+    python bench/bench_bisect_sim.py --bound [--budget 0.01]
 
 No git, no kernels: a history of n commits after the good endpoint G (index 0), a culprit
 drawn uniformly from 1..n per trial, and a signature that shows on each run at or after
@@ -27,6 +28,11 @@ mean runs than k=10 at p = 0.4; at most half of k=10's mean runs at p >= 0.8; at
 "p learned" at most 1.5x "known p" runs, accuracy 100%; at p = 0.4 "p from store" at most
 1.2x "known p", accuracy >= 99%; at p = 0.2 and 0.4 "p learned" no worse than "today"
 (runs and accuracy within two standard errors of the difference: the noise of the table).
+
+``--bound`` simulates nothing: it computes how few runs ANY search that bisects as ``git bisect``
+does at p = 1 can spend on a deterministic failure while its error at p = 0.4 and at p = 0.8 stays
+(and at p = 0.4, 0.6 and 0.8) within ``--budget`` (``deterministic_bound``; docs/bisect.md "What a
+deterministic failure must cost").
 """
 from __future__ import annotations
 
@@ -133,6 +139,72 @@ def cell(job: tuple[int, float, int, int]) -> tuple[int, float, Cell, float]:
     return n, p, out, time.perf_counter() - t0
 
 
+def bisection_path(n: int, culprit: int) -> list[tuple[int, bool]]:
+    """The runs of a search that bisects as ``git bisect`` does when every run at a bad commit shows
+    the signature: B once, the midpoint of good..bad until they are adjacent, G when the culprit is 1
+    (only a run at G tells culprit 1 from "the good commit shows it too")."""
+    runs, good, bad = [(n, True)], 0, n
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        runs.append((mid, mid >= culprit))
+        good, bad = (good, mid) if mid >= culprit else (mid, bad)
+    return runs + [(0, False)] * (culprit == 1)
+
+
+def lookalike(path: list[tuple[int, bool]], culprit: int, p: float) -> float:
+    """Sum over the earlier culprits h of P(a failure at rate p from h shows exactly ``path``): each
+    sighted run is a p, each clean run at or after h a miss (1 - p). The path ends in naming ``culprit``,
+    so this, averaged over the culprits, is error a search following the path cannot avoid at p."""
+    sighted = sum(s for _, s in path)
+    return sum(p ** sighted * (1.0 - p) ** sum(1 for i, s in path if not s and i >= h) for h in range(1, culprit))
+
+
+def deterministic_bound(n: int, budgets: dict[float, float], extra: int = 30) -> tuple[float, float, dict[float, float]]:
+    """How few mean runs at p = 1 (culprit uniform in 1..n) a search that bisects as ``git bisect`` does
+    can spend while its error at each p in ``budgets`` stays within the budget.
+
+    After the bisection, the only runs that lower the error at p are sightings (each scales every
+    term of ``lookalike`` by p; a run at the culprit does it) and clean runs just below the culprit
+    (each scales every term by 1 - p; a clean run further down scales fewer): ``r_s`` and ``r_c`` of
+    them. Counting only the errors of searches that looked deterministic (a lower bound of the error),
+    the Lagrange dual of "fewest runs with error(p) <= budget(p)" is a lower bound on the runs
+    (returned first), and the best Lagrangian policy's mean runs (second: reachable only if nothing
+    else erred) with its errors. Returns (lower bound, policy runs, {p: policy error})."""
+    ps = sorted(budgets)
+    paths = [bisection_path(n, c) for c in range(1, n + 1)]
+    lengths = np.array([len(path) for path in paths], dtype=float)
+    base = np.array([[lookalike(path, c, p) for p in ps] for c, path in enumerate(paths, 1)])    # (n, P)
+    r_s, r_c = (a.ravel() for a in np.meshgrid(np.arange(extra + 1), np.arange(extra + 1), indexing="ij"))
+    scale = np.array([[p ** s * (1 - p) ** c for p in ps] for s, c in zip(r_s, r_c)])            # (O, P)
+    budget = np.array([budgets[p] for p in ps])
+    lower, policy = 0.0, (math.inf, {})
+    # any multipliers give a lower bound; a coarser grid with three rates keeps it to seconds
+    grid = np.concatenate([[0.0], np.geomspace(1.0, 1e5, 41 if len(ps) <= 2 else 16)])
+    for lam in np.array(np.meshgrid(*[grid] * len(ps))).reshape(len(ps), -1).T:
+        cost = (r_s + r_c)[None, :] + (base * lam) @ scale.T                                  # (n, O)
+        best = np.argmin(cost, axis=1)
+        lower = max(lower, float(np.mean(lengths + cost[np.arange(n), best]) - lam @ budget))
+        runs = float(np.mean(lengths + r_s[best] + r_c[best]))
+        err = (base * scale[best]).mean(axis=0)
+        if np.all(err <= budget) and runs < policy[0]:
+            policy = (runs, dict(zip(ps, map(float, err))))
+    return lower, policy[0], policy[1]
+
+
+def print_bound(budget: float) -> None:
+    for ps in ((0.4, 0.8), (0.4, 0.6, 0.8)):
+        budgets = dict.fromkeys(ps, budget)
+        where = " and ".join(f"{p:g}" for p in ps)
+        print(f"A deterministic failure: mean runs at p = 1 (culprit uniform) of any search that bisects as git "
+              f"does and errs at most {100 * budget:g}% at p = {where}")
+        print(f"{'n':>4}  {'bisection':>9}  {'lower bound':>11}  {'ratio':>6}  {'a policy':>8}  its errors at {where}")
+        for n in (*SIZES, 39):
+            known = np.mean([len(bisection_path(n, c)) for c in range(1, n + 1)])
+            lower, runs, err = deterministic_bound(n, budgets)
+            print(f"{n:>4}  {known:>9.2f}  {lower:>11.2f}  {lower / known:>5.2f}x  {runs:>8.2f}  "
+                  + " / ".join(f"{100 * err[p]:.2f}%" for p in ps))
+
+
 def goals(p: float, res: Cell, trials: int) -> list[tuple[str, bool]]:
     acc, runs, _ = res["p learned"]
     k10, known = res["k=10"][1], res["known p"][1]
@@ -165,7 +237,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="50 trials per cell (a smoke run, noisy)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--bound", action="store_true", help="print the fewest runs a deterministic failure "
+                        "can cost at the accuracy goals, and exit (no simulation)")
+    parser.add_argument("--budget", type=float, default=0.01, help="error allowed at each rate for --bound (default 0.01)")
     args = parser.parse_args()
+    if args.bound:
+        print_bound(args.budget)
+        return 0
     trials = 50 if args.quick else args.trials
     jobs = [(n, p, trials, args.seed) for n in SIZES for p in PROBS]
     t0 = time.perf_counter()

@@ -172,3 +172,24 @@ def test_a_command_failing_everywhere_shows_what_it_printed_in_the_conclusion():
     assert "cannot import name 'CUDAProperties'" in render_markdown(doc)
     # a kernel case's failure needs no such text: its summary says what failed
     assert BisectState(_commits(1), FlakyBisect(1), None).report().get("failure") is None
+
+
+@pytest.mark.parametrize("p, culprit, seed", [(1.0, 11, 4), (0.4, 6, 5)])
+def test_the_conclusion_says_what_p_the_search_ended_believing_with_its_interval(p, culprit, seed):
+    rng = np.random.default_rng(seed)
+    state = BisectState(_commits(16), FlakyBisect(16), Signature.parse("MISMATCH"))
+    step = 0
+    while (index := state.next_index()) is not None:
+        shows = index >= culprit and rng.random() < p
+        state.record(index, [_result(Outcome.MISMATCH if shows else Outcome.PASS)], f"run{step}")
+        step += 1
+    assert state.search.culprit() == culprit
+    report = state.report()
+    est = report["p"]
+    assert est["low"] <= est["mean"] <= est["high"] and est["level"] == 0.9
+    assert est["low"] <= p <= est["high"] or (p == 1.0 and est["high"] > 0.95)   # an interval never reaches 1
+    text = "\n".join(render_bisect(state, report))
+    assert (f"reproduction probability p ~ {est['mean']:.2f} (90% interval {est['low']:.2f}-{est['high']:.2f}, "
+            f"{est['sightings']} sightings)") in text
+    # a deterministic failure says why it stopped short of the posterior's confidence; a flaky one does not
+    assert ("deterministic: every run at a bad commit showed MISMATCH" in text) == (p == 1.0)
