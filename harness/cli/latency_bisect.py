@@ -1,5 +1,5 @@
 """``harness bisect --slower-than PCT`` and ``harness bisect-run --slower-than PCT --good REV``:
-a slowdown bisected by latency (harness/latency/bisect.py, docs/latency.md)."""
+a slowdown bisected by latency (harness/refs/latency_bisect.py, docs/latency.md)."""
 from __future__ import annotations
 
 import sys
@@ -11,7 +11,7 @@ from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, l
 from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.formats import printable
-from harness.latency import bisect as slow
+from harness.refs import latency_bisect as slow
 from harness.latency.statistics import MAX_ROUNDS
 from harness.refs.git import open_repo
 from harness.refs.runner import RefRunner

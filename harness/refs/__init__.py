@@ -4,7 +4,8 @@ switching only the kernel library's checkout.
 ``spec`` parses ``--ref NAME=REV``; ``git`` resolves revisions and lists ranges;
 ``worktrees`` checks commits out as cached detached worktrees; ``envs`` expands
 ``--env`` templates against one; ``builds`` runs ``--build`` there at most once per
-command.  The names callers need are here; ``runner`` and ``compare`` build on them.
+command.  The names callers need are here; ``runner`` and ``compare`` build on them, and
+``latency_bisect`` (``bisect --slower-than``) on ``compare``.
 """
 from harness.refs.builds import BuildResult, build, ref_provenance
 from harness.refs.envs import TEMPLATE_FIELDS, expand_env, with_defaults

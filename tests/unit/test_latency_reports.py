@@ -58,7 +58,7 @@ def _slow_row(sha: str, ratio: float, verdict: str) -> dict:
 
 
 def test_a_perf_bisect_document_names_the_first_slow_commit_with_its_ratios():
-    from harness.latency.bisect import SlowBisect, Step, StepVerdict, conclusion_lines
+    from harness.refs.latency_bisect import SlowBisect, Step, StepVerdict, conclusion_lines
     from harness.refs.git import Commit
     commits = [Commit(sha=f"{i}" * 40, subject=f"change {i}", author_date="2026-12-01T00:00:00+00:00",
                       author="Dev <d@x>") for i in range(5)]
