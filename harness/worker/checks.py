@@ -12,7 +12,6 @@ the row masks are host tensors; they move to the device where a device tensor me
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -21,6 +20,7 @@ from harness.case import Case, Tolerance
 from harness.goldens import EXACT_SUFFIX
 from harness.worker.input_guard import InputWrite, bits
 from harness.worker import comparators
+from harness.worker.findings import Finding, Findings
 from harness.worker.ratio_allclose import ULP_DTYPES, Comparison, half_ulp, ratio_allclose, summarise_localisation
 from harness.worker.inputs import CaseInputs
 from harness.worker.launch import Launched, poison_mask
@@ -36,37 +36,6 @@ _MAX_LISTED = 8
 #   interval  the bound is widened by the spread only on g_exact's side of g
 ACCEPT_RULE = "widen"
 ACCEPT_RULES = ("widen", "current", "either", "interval")
-
-
-@dataclass(frozen=True)
-class Finding:
-    outcome: Outcome
-    message: str                       # one line, names the buffer
-    detail: str = ""                   # the multi-line comparison report, when there is one
-
-
-@dataclass(frozen=True)
-class Findings:
-    """Everything the checks found in one case, most specific first; ``outcome`` is the first's."""
-
-    outcome: Outcome
-    items: tuple[Finding, ...]
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def summary(self) -> str:
-        if not self.items:
-            return "all outputs, caches and guard bands match"
-        return self.items[0].message
-
-    @property
-    def report(self) -> str:
-        parts = []
-        for f in self.items:
-            parts.append(f"[{f.outcome.value}] {f.message}")
-            if f.detail:
-                parts.append(f.detail)
-        return "\n".join(parts)
 
 
 def run_checks(case: Case, ci: CaseInputs, goldens: dict[str, torch.Tensor], launched: Launched) -> Findings:

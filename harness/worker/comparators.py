@@ -3,7 +3,7 @@
 ``exact``: integer and bool outputs, bit for bit, localised along every named dim.  The rest
 are the comparators a spec case's ``compare:`` names (``harness/comparators.py`` parses them):
 ``topk_pairs``, ``argmax``, ``ulp``, ``dequant`` and ``package.module:function``.  Each returns
-``checks.Finding``s (MISMATCH, or NEAR_TIE for an argmax flip within the margin) and records
+``Finding``s (MISMATCH, or NEAR_TIE for an argmax flip within the margin) and records
 its figures in ``metrics["compare"][name]``.  A user comparator that raises, or returns
 something that is not ``(bool, str)``, is a ``SpecError``: the case's ``GOLDEN_ERROR``.
 """
@@ -17,6 +17,7 @@ import torch
 from harness.case import DEFAULT_LOGITS_TOLERANCE, Case, Tolerance
 from harness.comparators import Comparator, parse_comparator
 from harness.outcomes import Outcome
+from harness.worker.findings import Finding
 from harness.worker.input_guard import bits
 from harness.worker.ratio_allclose import ULP_DTYPES, map_blocks, sum_blocks, half_ulp
 from harness.worker.spec_module import SpecError, resolve_callable
@@ -29,11 +30,6 @@ def for_case(case: Case) -> dict[str, Comparator]:
     if case.spec is None:
         return {}
     return {name: parse_comparator(text) for name, text in (case.spec.get("compare") or {}).items()}
-
-
-def _finding(outcome: Outcome, message: str, detail: str = ""):
-    from harness.worker.checks import Finding     # checks imports this module
-    return Finding(outcome, message, detail)
 
 
 def where(mask: torch.Tensor, axes) -> str:
@@ -118,8 +114,8 @@ def exact(name: str, actual: torch.Tensor, expected: torch.Tensor, axes, compare
         return []
     i = _first(bad)
     a, e = actual[i].item(), expected[i].item()
-    return [_finding(Outcome.MISMATCH, f"{name}: {n} / {actual.numel()} elements differ (exact, {_dt(actual)})"
-                     f"{where(bad, axes)}; first at {list(i)}: {a!r}, golden {e!r}")]
+    return [Finding(Outcome.MISMATCH, f"{name}: {n} / {actual.numel()} elements differ (exact, {_dt(actual)})"
+                    f"{where(bad, axes)}; first at {list(i)}: {a!r}, golden {e!r}")]
 
 
 def _dt(t: torch.Tensor) -> str:
@@ -198,9 +194,9 @@ def _topk_pairs(ctx: Context, name, actual, expected, axes, tol, metrics) -> lis
     if not n:
         return []
     first = int(bad_rows.nonzero()[0])
-    return [_finding(Outcome.MISMATCH, f"{name}: {n} / {rows} rows pick indices their paired {values_name} do not "
-                     f"justify{where(mask, (axes or ())[:-1] if actual.dim() > 1 else axes)}; row {first}: "
-                     f"{reasons[first]}")]
+    return [Finding(Outcome.MISMATCH, f"{name}: {n} / {rows} rows pick indices their paired {values_name} do not "
+                    f"justify{where(mask, (axes or ())[:-1] if actual.dim() > 1 else axes)}; row {first}: "
+                    f"{reasons[first]}")]
 
 
 def _argmax(ctx: Context, name, actual, expected, axes, tol, metrics) -> list:
@@ -228,9 +224,9 @@ def _argmax(ctx: Context, name, actual, expected, axes, tol, metrics) -> list:
         n = int(mask.sum())
         if n:
             r = int(mask.nonzero()[0])
-            found.append(_finding(outcome, f"{name}: argmax differs in {n} rows {what} the near-tie margin {margin:g}"
-                                  f"{where(mask.reshape(shape), axes)}: row {r} picked {int(a[r])}, golden {int(e[r])} "
-                                  f"(golden gap {float(gap[r]):.4g})"))
+            found.append(Finding(outcome, f"{name}: argmax differs in {n} rows {what} the near-tie margin {margin:g}"
+                                 f"{where(mask.reshape(shape), axes)}: row {r} picked {int(a[r])}, golden {int(e[r])} "
+                                 f"(golden gap {float(gap[r]):.4g})"))
     return found
 
 
@@ -251,9 +247,9 @@ def _ulp(ctx: Context, name, actual, expected, axes, tol, metrics) -> list:
     if not n:
         return []
     i = _first(bad)
-    return [_finding(Outcome.MISMATCH, f"{name}: {n} / {actual.numel()} elements beyond {n_ulps} ulp of "
-                     f"{_dt(actual)}{where(bad, axes)}; first at {list(i)}: {float(a[i]):.6g}, golden {float(e[i]):.6g} "
-                     f"({float(diff[i] / ulp[i]):.3g} ulp)")]
+    return [Finding(Outcome.MISMATCH, f"{name}: {n} / {actual.numel()} elements beyond {n_ulps} ulp of "
+                    f"{_dt(actual)}{where(bad, axes)}; first at {list(i)}: {float(a[i]):.6g}, golden {float(e[i]):.6g} "
+                    f"({float(diff[i] / ulp[i]):.3g} ulp)")]
 
 
 def _dequant(ctx: Context, name, actual, expected, axes, tol, metrics) -> list:
@@ -278,9 +274,9 @@ def _dequant(ctx: Context, name, actual, expected, axes, tol, metrics) -> list:
     if not n:
         return []
     i = _first(bad)
-    return [_finding(Outcome.MISMATCH, f"{name}: {n} / {actual.numel()} codes beyond one code of the golden after "
-                     f"dequantisation by {scales_name}{where(bad, axes)}; first at {list(i)}: code {int(actual[i])} "
-                     f"({float(a_deq[i]):.6g}), golden {int(expected[i])} ({float(g_deq[i]):.6g})")]
+    return [Finding(Outcome.MISMATCH, f"{name}: {n} / {actual.numel()} codes beyond one code of the golden after "
+                    f"dequantisation by {scales_name}{where(bad, axes)}; first at {list(i)}: code {int(actual[i])} "
+                    f"({float(a_deq[i]):.6g}), golden {int(expected[i])} ({float(g_deq[i]):.6g})")]
 
 
 def _function(ctx: Context, name, actual, expected, axes, tol, metrics) -> list:
@@ -299,7 +295,7 @@ def _function(ctx: Context, name, actual, expected, axes, tol, metrics) -> list:
     ok, message = bool(ret[0]), str(ret[1])
     metrics["compare"][name] = {"outcome": "PASS" if ok else "MISMATCH", "message": message}
     _judged(metrics, name, None, axes)       # a verdict without elements: no map
-    return [] if ok else [_finding(Outcome.MISMATCH, f"{name}: {message}")]
+    return [] if ok else [Finding(Outcome.MISMATCH, f"{name}: {message}")]
 
 
 _RUNS = {"topk_pairs": _topk_pairs, "argmax": _argmax, "ulp": _ulp, "dequant": _dequant, "function": _function}

@@ -27,6 +27,7 @@ from harness.worker import inputs
 from harness.worker import repeats as reuse
 from harness.worker import timing
 from harness import memory_plan
+from harness.worker.findings import Finding, Findings
 from harness.worker.input_digest import digest_inputs
 from harness.case import Case
 from harness.devices import Backend, Device
@@ -88,7 +89,7 @@ def _latency(case: Case, ci, launched, kernel, torch_device, device: Device, bac
         return timing.not_measured(f"a timed call raised {type(exc).__name__}: {exc}")
 
 
-def _hint(case: Case, ci: inputs.CaseInputs, goldens: dict[str, torch.Tensor], launched, found: checks.Findings,
+def _hint(case: Case, ci: inputs.CaseInputs, goldens: dict[str, torch.Tensor], launched, found: Findings,
           golden_dtype: str) -> tuple[str, str]:
     """``(hint, "")``, or ``("", why)`` when the hint could not be computed: a hint is advice, so
     its failure keeps the checks' verdict and is said in ``metrics.hint_error``."""
@@ -108,7 +109,7 @@ def _collector(case: Case, ci: inputs.CaseInputs, golden_cache: GoldenCache, gol
 
 def _rerun_with_dumps(case: Case, ci: inputs.CaseInputs, goldens: dict, launched, kernel: Callable,
                       torch_device, synchronize: Callable[[], None], golden_cache: GoldenCache,
-                      golden_dtype: str, golden: GoldenRef | None) -> tuple[dumps.Collector, checks.Findings | None]:
+                      golden_dtype: str, golden: GoldenRef | None) -> tuple[dumps.Collector, Findings | None]:
     """The failing launch once more, on the same inputs (its buffers back to their pre-launch
     bytes), with ``dump`` and a dump folder: the collector, and what the checks found this time
     (None when the rerun itself raised: its intermediates up to the failure are still there)."""
@@ -124,8 +125,8 @@ def _rerun_with_dumps(case: Case, ci: inputs.CaseInputs, goldens: dict, launched
     return collector, (checks.run_checks(case, ci, goldens, again) if again is not None else None)
 
 
-def intermediate_findings(found: checks.Findings, collector: dumps.Collector,
-                          rerun: checks.Findings | None) -> checks.Findings:
+def intermediate_findings(found: Findings, collector: dumps.Collector,
+                          rerun: Findings | None) -> Findings:
     """``found`` with what the intermediates say: the first bad one in the summary line, a bad dump
     a CONTRACT finding, a passing case whose intermediate is bad a note (docs/intermediates.md)."""
     data = collector.to_metrics()
@@ -136,19 +137,19 @@ def intermediate_findings(found: checks.Findings, collector: dumps.Collector,
     items = list(found.items)
     if rerun is not None and rerun.outcome.passed and items:     # its dumps describe a launch that passed
         first = items[0]
-        items[0] = checks.Finding(first.outcome, f"{first.message}; the rerun with dumps passed (flaky)",
-                                  first.detail)
+        items[0] = Finding(first.outcome, f"{first.message}; the rerun with dumps passed (flaky)",
+                           first.detail)
     elif data["dumped"] and items:      # where inside the kernel the failure the checks found begins
         first = items[0]
-        items[0] = checks.Finding(first.outcome, f"{first.message}; {data['headline']}", first.detail)
+        items[0] = Finding(first.outcome, f"{first.message}; {data['headline']}", first.detail)
     elif data["dumped"] and data["first_bad_intermediate"]:
         data["notes"].append(f"outputs pass, but {data['headline']}")
     # A refused dump is the diagnosis's trouble, not the outputs': it never changes the outcome or
     # the summary's first finding (docs/intermediates.md); it is listed after the checks' findings.
     if data["problems"] and not items:
         data["notes"].append(f"outputs pass; {len(data['problems'])} dump(s) refused: {data['problems'][0]}")
-    items += [checks.Finding(Outcome.CONTRACT, f"dump refused: {p}") for p in data["problems"]] if items else []
-    return checks.Findings(found.outcome, tuple(items), {**found.metrics, "intermediates": data})
+    items += [Finding(Outcome.CONTRACT, f"dump refused: {p}") for p in data["problems"]] if items else []
+    return Findings(found.outcome, tuple(items), {**found.metrics, "intermediates": data})
 
 
 def execute_case(case: Case, device: Device, backend: Backend, golden_cache: GoldenCache,

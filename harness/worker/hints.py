@@ -47,7 +47,8 @@ from harness.goldens import EXACT_SUFFIX
 from harness.goldens.common import rope_kv_rows
 from harness.outcomes import Outcome
 from harness.worker import stray_reads
-from harness.worker.checks import Findings, rounding_slack, stored_dtype
+from harness.worker.checks import rounding_slack, stored_dtype
+from harness.worker.findings import Findings
 from harness.worker.inputs import CaseInputs, on_host
 from harness.worker.launch import Launched
 from harness.worker.ratio_allclose import ratio_allclose

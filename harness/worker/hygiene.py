@@ -65,7 +65,7 @@ from harness.worker import input_guard as input_guard_module
 from harness.worker import launch as launch_module
 from harness.worker.kernel_loader import KernelLoader
 from harness.worker import ratio_allclose as ratio_allclose_module
-from harness.worker.checks import Finding, Findings
+from harness.worker.findings import Finding, Findings
 
 # The namespaces whose existing names a kernel may not rebind.  Classes are checked for
 # added names too (``torch.Tensor.rsqrt = f`` adds a name that shadows an inherited one).

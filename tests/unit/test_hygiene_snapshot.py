@@ -10,7 +10,7 @@ import torch
 
 from harness.outcomes import Outcome
 from harness.worker import hygiene
-from harness.worker.checks import Finding, Findings
+from harness.worker.findings import Finding, Findings
 
 
 def window(act) -> hygiene.Disturbance:
