@@ -51,7 +51,7 @@ def cmd_dumps(args) -> int:
 
 
 def _compare(case, folder: Path, cache: str, golden_dtype: str, kernel_paths: tuple[str, ...] = ()) -> dict:
-    from harness.intermediates.offline import compare_folder
+    from harness.worker.dumps_offline import compare_folder
     from harness.worker.spec_module import SPEC_PATH_VAR
 
     if kernel_paths:      # a spec op's module (and its comparators) are imported here, as in the golden process

@@ -25,7 +25,7 @@ import torch
 from harness.case import Case
 from harness.goldens.cache import IntermediateGoldens
 from harness.intermediates import files
-from harness.intermediates.compare import Measurement, Row, first_bad, headline, measure, verdicts
+from harness.worker.dumps_compare import Measurement, Row, first_bad, headline, measure, verdicts
 from harness.intermediates.spec import (Intermediate, LAYER_PARTS, declared, intermediates, shape_of,
                                         tolerance_output)
 from harness.worker.inputs import CaseInputs

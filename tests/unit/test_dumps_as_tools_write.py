@@ -16,7 +16,7 @@ from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device, backend
 from harness.goldens.cache import GoldenCache
 from harness.intermediates import files
-from harness.intermediates.offline import compare_folder
+from harness.worker.dumps_offline import compare_folder
 from harness.outcomes import Outcome
 from harness.worker.execute import KernelLoader, execute_case
 from harness.worker.inputs import generate
@@ -141,7 +141,7 @@ def test_a_pure_scale_error_is_named_with_its_ratio(env):
 
 
 def test_the_scale_hint_needs_every_row_to_share_the_ratio():
-    from harness.intermediates.compare import measure, scale_hint
+    from harness.worker.dumps_compare import measure, scale_hint
     from harness.intermediates.spec import intermediates
     item = intermediates("rope_kv_write")[0]
     golden = torch.randn(4, 4, 32, generator=torch.Generator().manual_seed(0))

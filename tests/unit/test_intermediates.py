@@ -22,7 +22,7 @@ from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device, backend
 from harness.goldens.cache import GoldenCache, GoldenStoreError
 from harness.intermediates import files
-from harness.intermediates.compare import Measurement, Verdict, first_bad, headline, measure, verdicts
+from harness.worker.dumps_compare import Measurement, Verdict, first_bad, headline, measure, verdicts
 from harness.intermediates.spec import intermediates
 from harness.outcomes import Outcome, Result
 from harness.worker import dumps

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from harness.intermediates import table
-from harness.intermediates.compare import Measurement, verdicts, headline, first_bad
+from harness.worker.dumps_compare import Measurement, verdicts, headline, first_bad
 from harness.intermediates.spec import intermediates
 from harness.outcomes import Outcome, Result
 from harness.document import build_document

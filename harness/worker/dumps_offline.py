@@ -19,8 +19,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from harness.case import Case
+from harness.goldens.cache import GoldenCache
 from harness.intermediates import files
+from harness.worker import dumps, inputs
+from harness.worker.input_digest import digest_inputs
+from harness.worker.spec_inputs import golden_source
 
 # |cosine| of v below this: unrelated data, not a wrong computation (another seed's v measured
 # 0.005 to 0.10 here; a wrong scale keeps it near 1)
@@ -30,13 +36,6 @@ UNRELATED_COSINE = 0.25
 def compare_folder(case: Case, folder: Path, cache_root: str | None, golden_dtype: str = "fp32") -> dict[str, Any]:
     """The case's table of intermediates (``Collector.to_metrics``) for the dumps in ``folder``, with
     ``compared_with`` (the case and its inputs' digest) and ``warnings`` (dumps not this case's)."""
-    import torch
-
-    from harness.goldens.cache import GoldenCache
-    from harness.worker import dumps, inputs
-    from harness.worker.input_digest import digest_inputs
-    from harness.worker.spec_inputs import golden_source
-
     dtype = {"fp32": torch.float32, "fp64": torch.float64}[golden_dtype]
     ci = inputs.on_host(inputs.generate(case, torch.device("cpu")))
     digest = digest_inputs(ci.op, {**ci.args, **ci.initial}).digest    # as a run's metrics.inputs_digest
