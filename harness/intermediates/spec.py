@@ -9,10 +9,13 @@ A spec op (docs/specs.md) declares its own: ``INTERMEDIATES`` in its module, nam
 order (``declared``).  Their shapes are whatever its golden dumps (``shape`` is empty: the
 golden's is the contract), they are localised along ``dim0``, ``dim1``, ... and compared with
 the case's tolerance.  The worker's collector and the offline command read either kind.
+
+``declares_dump``: whether a kernel, or a spec op's golden, is given ``dump`` (it declares it).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 # The prologue of every op with QK-norm + RoPE: (name, shape symbols, upstream).
@@ -120,3 +123,13 @@ def tolerance_output(op: str, item: Intermediate) -> str:
 def shape_of(item: Intermediate, sizes: Mapping[str, int], rows: int) -> tuple[int, ...]:
     """The concrete shape of ``item`` for a case with these geometry ``sizes``."""
     return tuple(rows if sym == "rows" else int(sizes[sym]) for sym in item.shape)
+
+
+def declares_dump(fn: Callable) -> bool:
+    """``fn`` declares a keyword parameter ``dump`` (``**kwargs`` alone does not count): a
+    kernel, or a spec op's golden, that dumps its intermediates (docs/intermediates.md)."""
+    try:
+        p = inspect.signature(fn).parameters.get("dump")
+    except (TypeError, ValueError):
+        return False
+    return p is not None and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from harness.intermediates.spec import declares_dump
 from harness.worker.input_guard import InputSeal, InputWrite
 from harness.worker.inputs import CaseInputs
 
@@ -141,16 +142,6 @@ def allowed_returns(output_names: list[str]) -> str:
     first = f"the '{output_names[0]}' buffer"
     names = ", ".join(output_names) + ("," if len(output_names) == 1 else "")
     return f"None, {first}, or the tuple ({names}) of the buffers passed in"
-
-
-def declares_dump(kernel: Callable) -> bool:
-    """``kernel`` declares a keyword parameter ``dump`` (``**kwargs`` alone does not count): a
-    kernel, or a spec op's golden, that dumps its intermediates (docs/intermediates.md)."""
-    try:
-        p = inspect.signature(kernel).parameters.get("dump")
-    except (TypeError, ValueError):
-        return False
-    return p is not None and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
 
 
 def _returned_problem(ret: Any, outputs: list[GuardedBuffer], by_name: bool = False) -> str | None:

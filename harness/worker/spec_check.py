@@ -21,6 +21,7 @@ import sys
 
 def check(request: dict) -> dict:
     from harness.comparators import parse_comparator
+    from harness.intermediates.spec import declares_dump
     from harness.worker import spec_module
     from harness.worker.spec_module import SpecError
 
@@ -39,7 +40,7 @@ def check(request: dict) -> dict:
         intermediates = spec_module.declared_intermediates(module)
     except SpecError as exc:
         return error("spec", str(exc))
-    if intermediates and not spec_module.takes_dump(fn):    # nothing to compare the kernel's dumps with
+    if intermediates and not declares_dump(fn):    # nothing to compare the kernel's dumps with
         return error("golden" if request.get("golden") else "spec",
                      f"spec module {request['module']}: it lists INTERMEDIATES but {golden} takes no `dump` "
                      f"parameter (def {golden}(tensors, dump=None) and call dump(name, tensor))")

@@ -15,6 +15,7 @@ import torch
 
 from harness.case import Case
 from harness.goldens.cache import Golden
+from harness.intermediates.spec import declares_dump
 from harness.worker import spec_module
 from harness.worker.input_digest import digest_inputs
 from harness.worker.input_guard import bits
@@ -88,7 +89,7 @@ class SpecGolden(Golden):
         # INTERMEDIATES: the names its golden may dump (docs/intermediates.md); the golden gets
         # ``dump`` when it declares it, recording only in the first of its two runs
         self._intermediates = tuple(name for name, _ in case.spec.get("intermediates") or ())
-        self._dumps = spec_module.takes_dump(self._fn)
+        self._dumps = declares_dump(self._fn)
 
     def source_hash(self) -> str:
         return f"{spec_module.source_hash(self._module)}:{self._golden_name}"

@@ -161,12 +161,6 @@ def declared_intermediates(module) -> list[list]:
     return pairs
 
 
-def takes_dump(fn: Callable) -> bool:
-    """``fn`` declares a ``dump`` parameter, as a dumping kernel does (``launch.declares_dump``)."""
-    from harness.worker.launch import declares_dump    # lazy: launch imports the worker's inputs
-    return declares_dump(fn)
-
-
 def source_hash(module) -> str:
     """sha256 (16 hex) of the module's source file: the golden cache key follows the module's code."""
     path = getattr(module, "__file__", None)
@@ -394,5 +388,5 @@ def resolve_callable(text: str, what: str) -> Callable:
 
 __all__ = ["MAX_ELEMENTS", "SEEDING", "ScalarEntry", "SpecError", "TensorEntry", "build", "create", "created",
            "declared_intermediates", "dtype_name", "golden_function", "import_module", "resolve_callable", "seed_all", "source_hash",
-           "table", "takes_dump", "torch_dtype"]
+           "table", "torch_dtype"]
 
