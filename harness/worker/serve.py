@@ -226,7 +226,7 @@ def become_forked_child(env: dict[str, str], log_path: str, front_end_pid: int) 
 
 def forked_main(conn: Connection, device_text: str, golden_dtype: str,
                 env: dict[str, str], log_path: str, front_end_pid: int) -> None:
-    """Entry point of a worker forked from the CPU zygote (``pool.ZYGOTE_PRELOAD`` imported, nothing run).
+    """Entry point of a worker forked from the CPU zygote (``spawn.ZYGOTE_PRELOAD`` imported, nothing run).
 
     Takes on what a spawned worker gets from its command line and environment: its own
     session, its log as stdout/stderr, the run's environment and PYTHONPATH, its lifeline.
