@@ -180,8 +180,24 @@ def decide(lo: float, hi: float, threshold: float) -> Verdict:
     return Verdict.UNSURE
 
 
+def rounds_floor(asked: int, flag: str) -> tuple[int, str | None]:
+    """The most rounds a latency compare may run when ``flag`` asked for ``asked``: never under
+    ``MIN_ROUNDS`` (fewer rounds give no 95% interval on the ratio), and the line that says so."""
+    if asked >= MIN_ROUNDS:
+        return asked, None
+    return MIN_ROUNDS, (f"latency: {flag} {asked} is under the {MIN_ROUNDS} rounds a latency verdict needs "
+                        f"(docs/latency.md): running up to {MIN_ROUNDS} rounds")
+
+
+def too_few_rounds(rounds: int) -> str:
+    """Why a compare of ``rounds`` < ``MIN_ROUNDS`` rounds is UNSURE whatever its interval."""
+    return (f"{rounds} round{'s' * (rounds != 1)}: a verdict needs at least {MIN_ROUNDS} "
+            f"(one worker's slow phase can fill fewer)")
+
+
 def compare(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOLD, conf: float = CONF) -> Comparison:
-    """The verdict on ``candidate`` against ``baseline`` (module docstring)."""
+    """The verdict on ``candidate`` against ``baseline`` (module docstring); UNSURE under
+    ``MIN_ROUNDS`` rounds, whatever the interval (the interval is still given)."""
     a, b = baseline.samples, candidate.samples
     ratio, lo, hi, rounds = ratio_interval(baseline, candidate, conf)
     verdict, why = decide(lo, hi, threshold), ""
@@ -190,6 +206,8 @@ def compare(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOL
     if wide:
         verdict = Verdict.UNSURE
         why = "; ".join(f"{name}'s samples spread {x:.0f}x (p90/p10)" for name, x in wide)
+    elif rounds < MIN_ROUNDS:
+        verdict, why = Verdict.UNSURE, too_few_rounds(rounds)
     elif verdict is Verdict.UNSURE:
         why = f"the 95% CI straddles {1 + threshold:.2f}x or {1 / (1 + threshold):.3f}x"
     return Comparison(baseline.name, candidate.name, stats.median(a), stats.median(b), ratio, lo, hi, verdict,

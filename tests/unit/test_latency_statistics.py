@@ -8,7 +8,7 @@ import pytest
 from harness import stats
 from harness.latency.statistics import (DECILE_MIN_SAMPLES, MIN_ROUNDS, Side, Verdict, check_threshold, compare,
                                         decide, hodges_lehmann_ratio, parse_percent, ratio_interval, round_figure,
-                                        round_ratios)
+                                        round_ratios, rounds_floor)
 
 
 def test_median_ci_ranks_are_the_sign_test_ones():
@@ -160,3 +160,19 @@ def test_threshold_outside_0_100_percent_is_refused(bad):
 
 def test_parse_percent():
     assert parse_percent("10%") == pytest.approx(0.1) and parse_percent("0.05") == 0.05
+
+
+@pytest.mark.parametrize("rounds", range(1, MIN_ROUNDS))
+def test_under_6_rounds_even_a_clear_slowdown_is_unsure_and_says_why(rounds):
+    """A compare cut under MIN_ROUNDS (``--repeat 1`` once did it; an interrupted compare): the
+    interval is still given, the verdict is not decisive, and the reason is one line."""
+    got = compare(_side("a", 1e-3, rounds=rounds), _side("b", 2e-3, rounds=rounds))
+    assert got.verdict is Verdict.UNSURE and got.ci_low > 1.05 and got.rounds == rounds
+    assert got.why == f"{rounds} round{'s' * (rounds != 1)}: a verdict needs at least 6 (one worker's slow phase can fill fewer)"
+    assert compare(_side("a", 1e-3, rounds=MIN_ROUNDS), _side("b", 2e-3, rounds=MIN_ROUNDS)).verdict is Verdict.SLOWER
+
+
+def test_the_rounds_asked_for_never_go_under_the_minimum():
+    assert rounds_floor(1, "--repeat") == (6, "latency: --repeat 1 is under the 6 rounds a latency verdict needs "
+                                               "(docs/latency.md): running up to 6 rounds")
+    assert rounds_floor(6, "--repeat") == (6, None) and rounds_floor(40, "--latency-rounds") == (40, None)
