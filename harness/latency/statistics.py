@@ -39,7 +39,7 @@ MAX_SPREAD = 10.0           # p90 / p10 of one side beyond this: UNSURE, with th
 MIN_ROUNDS = 6              # the fewest per-round ratios whose median has a 95% sign-test interval
 MAX_ROUNDS = 40             # a latency compare or bisect step: at most this many rounds (the default)
 DECILE_MIN_SAMPLES = 21     # fewer samples in a round: its figure is the minimum, not the lower decile
-QUIET_SPREAD = 1.5          # run against a stored run: a side spread wider (p90 / p10) ran on a loaded machine
+QUIET_SPREAD = 2.0          # run against a stored run: a side spread wider (p90 / p10) ran on a loaded machine
 _MAX_PAIRS_SIDE = 2000      # more samples than this per side: thinned to evenly spaced order statistics
 
 
