@@ -12,7 +12,7 @@ from harness.cli.common import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, devices, engin
 from harness.commands.selection import deciding
 from harness.devices import parse_device
 from harness.formats import printable
-from harness.latency.statistics import DEFAULT_THRESHOLD, MAX_ROUNDS, Comparison
+from harness.latency.statistics import DEFAULT_THRESHOLD, MAX_ROUNDS, Comparison, rounds_floor
 from harness.errors import UsageError
 from harness.run.session import terminated_as_interrupt
 from harness.refs import compare as refcompare
@@ -72,9 +72,15 @@ def _plan(args, named: list[tuple[str, str]], store: Store) -> tuple[refcompare.
     seeds = args.seeds or "fixed"
     hunt_seed = (args.hunt_seed if args.hunt_seed is not None else secrets.randbelow(2 ** 31)) \
         if seeds == "fresh" else 0
+    repeat = args.repeat or DEFAULT_REPEAT
+    if args.latency:        # --repeat N or --latency-rounds N: at most N rounds, never fewer than MIN_ROUNDS
+        flag = "--repeat" if args.repeat else "--latency-rounds"
+        repeat, said = rounds_floor(args.repeat or args.latency_rounds or MAX_ROUNDS, flag)
+        if said:
+            print(said, flush=True)
     plan = refcompare.ComparePlan(
         setup=setup, refs=tuple((name, c.sha) for name, c in commits), cases=tuple(cases),
-        repeat=(args.repeat or args.latency_rounds or MAX_ROUNDS) if args.latency else (args.repeat or DEFAULT_REPEAT),
+        repeat=repeat,
         devices=tuple(str(d) for d in devices(args)),
         options=ResumeOptions(kernel_paths(args.kernel_path), args.golden_dtype, args.tier, args.golden_device),
         seeds=seeds, hunt_seed=hunt_seed,

@@ -12,7 +12,7 @@ from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.formats import printable
 from harness.refs import latency_bisect as slow
-from harness.latency.statistics import MAX_ROUNDS
+from harness.latency.statistics import MAX_ROUNDS, rounds_floor
 from harness.refs.git import open_repo
 from harness.refs.runner import RefRunner
 from harness.reports.writers import write_outputs
@@ -26,10 +26,13 @@ GIT_GOOD, GIT_BAD, GIT_SKIP = 0, 1, 125
 def _measure(args, setup) -> slow.Measure:
     args.latency = True                     # --slower-than times every case
     cases = tuple(load_cases(args, import_kernel=False))
+    max_rounds, said = rounds_floor(args.latency_rounds or MAX_ROUNDS, "--latency-rounds")
+    if said:
+        print(said, flush=True)
     return slow.Measure(setup=setup, cases=cases, devices=tuple(str(d) for d in devices(args)),
                         options=ResumeOptions(kernel_paths(args.kernel_path), args.golden_dtype, args.tier,
                                               args.golden_device),
-                        threshold=args.slower_than, max_rounds=args.latency_rounds or MAX_ROUNDS)
+                        threshold=args.slower_than, max_rounds=max_rounds)
 
 
 def cmd_slower_bisect(args) -> int:

@@ -2,9 +2,7 @@
 other ref, each ref's samples kept round by round (docs/latency.md)."""
 from __future__ import annotations
 
-from dataclasses import replace
-
-from harness.latency.statistics import DEFAULT_THRESHOLD, Side, compare
+from harness.latency.statistics import DEFAULT_THRESHOLD, Side, against_stored, compare
 from harness.outcomes import Result
 
 
@@ -70,25 +68,24 @@ def latency_rows(results: list[Result], ref_names: list[str], threshold: float =
 
 
 def against_baseline(store, baseline_run: str, results: list[Result], threshold: float = DEFAULT_THRESHOLD) -> list[dict]:
-    """This run's timed cases against stored run ``baseline_run``'s, as ``latency_rows`` (one round
-    each side: the interval is the pooled one, and the two runs were not interleaved)."""
+    """This run's timed cases against stored run ``baseline_run``'s, as ``latency_rows``: each case's
+    last result on each side, one run a side (``statistics.against_stored``: the two runs were not
+    interleaved, so the interval is made of each run's own)."""
     before = [r for r in store.results(baseline_run) if r.case_id in {x.case_id for x in results}]
     rows = []
     for case_id in dict.fromkeys(r.case_id for r in results):
         a = [r for r in before if r.case_id == case_id]
         b = [r for r in results if r.case_id == case_id]
+        row = {"case_id": case_id, "baseline": "baseline", "candidate": "this run"}
         if not a:
-            rows.append({"case_id": case_id, "baseline": "baseline", "candidate": "this run",
-                         "latency_verdict": {"error": f"no verdict: run {baseline_run} has no result for this case"}})
+            rows.append({**row, "latency_verdict": {"error": f"no verdict: run {baseline_run} has no result for this case"}})
             continue
-        pair = [replace(a[-1], ref="baseline", repeat=0), replace(b[-1], ref="this run", repeat=0)]
-        row = latency_rows(pair, ["baseline", "this run"], threshold)[0]
-        v = row["latency_verdict"]
-        noisy = [(r.ref, r.metrics["latency"]["rel_noise"]) for r in pair
-                 if (r.metrics.get("latency") or {}).get("rel_noise", 0.0) > threshold / 2]
-        if "error" not in v and v["verdict"] in ("SLOWER", "FASTER") and noisy:
-            # two runs apart: a run that was itself noisy may have run under other conditions
-            v.update(verdict="UNSURE", why="; ".join(f"{ref}'s own noise ±{100 * x:.1f}% is over half the threshold"
-                                                     for ref, x in noisy))
-        rows.append(row)
+        pair = {"baseline": a[-1:], "this run": b[-1:]}
+        found = {name: rounds_of(rs) for name, rs in pair.items()}
+        missing = [_why_none(pair[name], name) for name, got in found.items() if not got]
+        if missing:
+            rows.append({**row, "latency_verdict": {"error": "no verdict: " + "; ".join(missing)}})
+            continue
+        sides = [Side(name, tuple(got.values())) for name, got in found.items()]
+        rows.append({**row, "latency_verdict": against_stored(*sides, threshold).to_json()})
     return rows

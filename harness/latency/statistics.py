@@ -17,7 +17,10 @@ The verdict needs the whole interval on one side of the threshold:
 SLOWER when its lower end is above 1 + t, FASTER when its upper end is below 1 / (1 + t),
 SAME when it lies inside (1 / (1 + t), 1 + t), UNSURE otherwise (more rounds may decide),
 and UNSURE whatever the interval when a side's samples spread over more than
-``MAX_SPREAD`` (p90 / p10): a runtime that varies by orders of magnitude is not a latency.
+``MAX_SPREAD`` (p90 / p10): a runtime that varies by orders of magnitude is not a latency,
+or when there are under ``MIN_ROUNDS`` rounds.
+
+A run against a stored run (one run a side, not interleaved) is ``against_stored``.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ MAX_SPREAD = 10.0           # p90 / p10 of one side beyond this: UNSURE, with th
 MIN_ROUNDS = 6              # the fewest per-round ratios whose median has a 95% sign-test interval
 MAX_ROUNDS = 40             # a latency compare or bisect step: at most this many rounds (the default)
 DECILE_MIN_SAMPLES = 21     # fewer samples in a round: its figure is the minimum, not the lower decile
+QUIET_SPREAD = 2.0          # run against a stored run: a side spread wider (p90 / p10) ran on a loaded machine
 _MAX_PAIRS_SIDE = 2000      # more samples than this per side: thinned to evenly spaced order statistics
 
 
@@ -180,8 +184,24 @@ def decide(lo: float, hi: float, threshold: float) -> Verdict:
     return Verdict.UNSURE
 
 
+def rounds_floor(asked: int, flag: str) -> tuple[int, str | None]:
+    """The most rounds a latency compare may run when ``flag`` asked for ``asked``: never under
+    ``MIN_ROUNDS`` (fewer rounds give no 95% interval on the ratio), and the line that says so."""
+    if asked >= MIN_ROUNDS:
+        return asked, None
+    return MIN_ROUNDS, (f"latency: {flag} {asked} is under the {MIN_ROUNDS} rounds a latency verdict needs "
+                        f"(docs/latency.md): running up to {MIN_ROUNDS} rounds")
+
+
+def too_few_rounds(rounds: int) -> str:
+    """Why a compare of ``rounds`` < ``MIN_ROUNDS`` rounds is UNSURE whatever its interval."""
+    return (f"{rounds} round{'s' * (rounds != 1)}: a verdict needs at least {MIN_ROUNDS} "
+            f"(one worker's slow phase can fill fewer)")
+
+
 def compare(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOLD, conf: float = CONF) -> Comparison:
-    """The verdict on ``candidate`` against ``baseline`` (module docstring)."""
+    """The verdict on ``candidate`` against ``baseline`` (module docstring); UNSURE under
+    ``MIN_ROUNDS`` rounds, whatever the interval (the interval is still given)."""
     a, b = baseline.samples, candidate.samples
     ratio, lo, hi, rounds = ratio_interval(baseline, candidate, conf)
     verdict, why = decide(lo, hi, threshold), ""
@@ -190,10 +210,50 @@ def compare(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOL
     if wide:
         verdict = Verdict.UNSURE
         why = "; ".join(f"{name}'s samples spread {x:.0f}x (p90/p10)" for name, x in wide)
+    elif rounds < MIN_ROUNDS:
+        verdict, why = Verdict.UNSURE, too_few_rounds(rounds)
     elif verdict is Verdict.UNSURE:
         why = f"the 95% CI straddles {1 + threshold:.2f}x or {1 / (1 + threshold):.3f}x"
     return Comparison(baseline.name, candidate.name, stats.median(a), stats.median(b), ratio, lo, hi, verdict,
                       threshold, rounds, (len(a), len(b)), why)
+
+
+def against_stored(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOLD,
+                   conf: float = CONF) -> Comparison:
+    """This run's samples of a case against a stored run's (``run --latency-baseline``): one run a
+    side, not interleaved, so no rounds to pair.  The ratio is the quotient of the two runs' medians
+    (what each run printed), its interval the quotient of the two medians' own distribution-free
+    intervals, each at ``sqrt(conf)`` so that both hold together with ``conf``: low = this run's
+    low / the baseline's high, high = this run's high / the baseline's low.  Each run's own noise
+    is in the interval, so a clear change is decided however noisy the runs were, and a change
+    within their noise is UNSURE with the two noises said.  A shift of the machine between the two
+    runs is not in it (docs/latency.md: ``compare --latency`` is the fair test)."""
+    a, b = baseline.samples, candidate.samples
+    each = math.sqrt(conf)
+    cis = {s.name: stats.median_ci(s.samples, each) for s in (baseline, candidate)}
+    ma, mb = stats.median(a), stats.median(b)
+    few = [f"{s.name} has {len(s.samples)} sample{'s' * (len(s.samples) != 1)}, too few for an interval on its median"
+           for s in (baseline, candidate) if cis[s.name] is None]
+    if few:
+        return Comparison(baseline.name, candidate.name, ma, mb, mb / ma, 0.0, math.inf, Verdict.UNSURE, threshold,
+                          1, (len(a), len(b)), "; ".join(few))
+    (alo, ahi), (blo, bhi) = cis[baseline.name], cis[candidate.name]
+    lo, hi = blo / ahi, bhi / alo
+    verdict, why = decide(lo, hi, threshold), ""
+    loaded = [(s.name, spread(s.samples)) for s in (baseline, candidate)]
+    loaded = [(name, x) for name, x in loaded if x > QUIET_SPREAD]
+    if loaded:
+        verdict = Verdict.UNSURE
+        why = ("; ".join(f"{name}'s samples spread {x:.2f}x (p90/p10)" for name, x in loaded)
+               + f": over {QUIET_SPREAD}x, a run's median measures the machine's load as much as the kernel, and "
+               "the two runs were not interleaved; compare --latency can decide")
+    elif verdict is Verdict.UNSURE:
+        noise = ", ".join(f"{name}'s median ±{100 * (h - l) / 2 / m:.1f}%"
+                          for name, (l, h), m in ((baseline.name, (alo, ahi), ma), (candidate.name, (blo, bhi), mb)))
+        why = (f"the two runs' own noise ({noise}) leaves the CI across {1 + threshold:.2f}x or "
+               f"{1 / (1 + threshold):.3f}x; compare --latency interleaves the two and can decide")
+    return Comparison(baseline.name, candidate.name, ma, mb, mb / ma, lo, hi, verdict, threshold, 1,
+                      (len(a), len(b)), why)
 
 
 def ratio_text(v: dict) -> str:

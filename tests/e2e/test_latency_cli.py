@@ -27,11 +27,11 @@ def repo(tmp_path_factory):
     return path, shas
 
 
-def _compare(tmp_path, repo, golden_cache_dir, *refs, extra=()):
+def _compare(tmp_path, repo, golden_cache_dir, *refs, extra=(), rounds=("--latency-rounds", "8")):
     path, _ = repo
     case = tmp_path / "case.yaml"
     case.write_text(latency_case_yaml(budget_s=0.1))
-    args = ["compare", str(case), "--repo", str(path), "--latency", "--latency-rounds", "8",
+    args = ["compare", str(case), "--repo", str(path), "--latency", *rounds,
             "--worktree-cache", str(tmp_path / "wt"), "--golden-cache", str(golden_cache_dir),
             "--store", str(tmp_path / "r.sqlite"), "--log-dir", str(tmp_path / "logs"),
             "--json", str(tmp_path / "c.json"), "--markdown", str(tmp_path / "c.md"), "--no-progress", *extra]
@@ -84,3 +84,19 @@ def test_latency_refuses_fresh_seeds(tmp_path, repo, golden_cache_dir):
     _, shas = repo
     proc = _compare(tmp_path, repo, golden_cache_dir, f"a={shas[0]}", f"b={shas[1]}", extra=("--seeds", "fresh"))
     assert proc.returncode == 2 and "--seeds fresh does not apply to --latency" in proc.stderr
+
+
+def test_repeat_under_the_minimum_rounds_runs_the_minimum_and_says_so(tmp_path, repo, golden_cache_dir):
+    """``--repeat 1`` with ``--latency`` once cut the compare to one round and still gave a decisive
+    verdict (issue 38): the rounds stay at MIN_ROUNDS, and one line says so."""
+    _, shas = repo
+    proc = _compare(tmp_path, repo, golden_cache_dir, f"upstream={shas[1]}", f"pr={shas[5]}",
+                    rounds=("--repeat", "1"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode in (0, 1), out
+    said = [line for line in proc.stdout.splitlines() if "--repeat 1 is under the 6 rounds" in line]
+    assert said == ["latency: --repeat 1 is under the 6 rounds a latency verdict needs (docs/latency.md): "
+                    "running up to 6 rounds"], out
+    (row,) = json.loads((tmp_path / "c.json").read_text())["latency"]
+    assert row["latency_verdict"]["rounds"] == 6, row
+    assert "latency: up to 6 rounds per case" in proc.stdout
