@@ -1,9 +1,14 @@
 """`harness bisect --slower-than` and `bisect-run --slower-than` on a generated kernel library whose
-kernel does twice the work from one commit on (tests/gitrepo.py ``make_latency_repo``).
+kernel does four times the work from one commit on (tests/gitrepo.py ``make_latency_repo``).
 
 The verdicts come from the statistics, never from a time asserted here.  On a shared box a
 step may stay UNSURE; it is then skipped, never guessed, and the answer is a range that holds the
-culprit: the test accepts the range, and refuses any other commit named as the first bad one."""
+culprit: the test accepts the range, and refuses any other commit named as the first bad one.
+
+The kernel is 4x slower and the threshold 80%: a compare keeps one worker per ref for all its
+rounds, and two worker processes can run identical code at speeds 1.2-1.5x apart for their whole
+lives (docs/latency.md: "Each worker process has its own speed"), so with a 2x kernel and 10% a good step read
+SLOWER (1.248x) once under load; this test is about the bisection, not that bias."""
 from __future__ import annotations
 
 import json
@@ -13,11 +18,11 @@ from helpers import run_harness
 
 
 def test_bisect_slower_than_names_the_commit_that_made_the_kernel_slower(tmp_path, golden_cache_dir):
-    shas = make_latency_repo(tmp_path / "repo", n_commits=5, slow_from=3, work=30_000, slow_factor=2.0)
+    shas = make_latency_repo(tmp_path / "repo", n_commits=5, slow_from=3, work=30_000, slow_factor=4.0)
     case = tmp_path / "case.yaml"
     case.write_text(latency_case_yaml(budget_s=0.08))
     proc = run_harness("bisect", str(case), "--repo", str(tmp_path / "repo"), "--good", shas[0], "--bad", shas[4],
-                       "--slower-than", "10%", "--latency-rounds", "8", "--worktree-cache", str(tmp_path / "wt"),
+                       "--slower-than", "80%", "--latency-rounds", "8", "--worktree-cache", str(tmp_path / "wt"),
                        "--golden-cache", str(golden_cache_dir), "--store", str(tmp_path / "r.sqlite"),
                        "--log-dir", str(tmp_path / "logs"), "--json", str(tmp_path / "b.json"), "--no-progress",
                        "--markdown", str(tmp_path / "b.md"), cwd=tmp_path)
@@ -50,7 +55,7 @@ def test_bisect_slower_than_names_the_commit_that_made_the_kernel_slower(tmp_pat
 
 
 def test_bisect_run_slower_than_judges_the_checkout_against_good(tmp_path, golden_cache_dir):
-    shas = make_latency_repo(tmp_path / "repo", n_commits=3, slow_from=2, work=30_000, slow_factor=2.0)
+    shas = make_latency_repo(tmp_path / "repo", n_commits=3, slow_from=2, work=30_000, slow_factor=4.0)
     repo = tmp_path / "repo"
     (tmp_path / "case.yaml").write_text(latency_case_yaml(budget_s=0.08))
     git(repo, "checkout", "--quiet", shas[2])

@@ -20,7 +20,8 @@ from helpers import KERNELS_UNDER_TEST
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device
 from harness.outcomes import Outcome
-from harness.run.pool import DeviceWorker, WorkerOptions
+from harness.run.pool import DeviceWorker
+from harness.run.spawn import WorkerOptions
 
 MUTANTS = ("skip_rope", "hostile.user_mutant:rope_kv_write")
 
