@@ -259,7 +259,7 @@ def make_kernel_repo(path: str | os.PathLike[str], n_commits: int = 32, culprit:
 # -- a kernel library whose kernel becomes slower at one commit (latency tests, bench/) --------
 
 LATENCY_KERNEL = "lpkg.kernel:paged_decode_attention"
-_LATENCY_KERNEL_PY = '''\
+LATENCY_KERNEL_PY = '''\
 """lpkg: paged decode attention (the harness's reference) after a fixed amount of host work.
 
 The work is a loop of a fixed number of integer steps, not a sleep: a sleep measures the
@@ -308,7 +308,7 @@ def make_latency_repo(path: str | os.PathLike[str], n_commits: int = 8, slow_fro
     for i in range(n_commits):
         slow = slow_from is not None and i >= slow_from
         files = {"lpkg/__init__.py": f'__version__ = "0.{i}"\n',
-                 "lpkg/kernel.py": _LATENCY_KERNEL_PY.format(work=int(work * slow_factor) if slow else work)}
+                 "lpkg/kernel.py": LATENCY_KERNEL_PY.format(work=int(work * slow_factor) if slow else work)}
         subject = "make the kernel slower (more work per call)" if i == slow_from else f"tidy: release 0.{i}"
         shas.append(commit_files(repo, files, subject, i))
     return shas

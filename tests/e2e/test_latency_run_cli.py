@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+from gitrepo import LATENCY_KERNEL_PY
 from helpers import ROOT, run_harness
 
 CASES = textwrap.dedent("""\
@@ -66,25 +67,8 @@ def test_pytest_plugin_harness_latency(tmp_path, golden_cache_dir):
     assert 'name="latency_median_s"' in (tmp_path / "j.xml").read_text()
 
 
-_WORK_KERNEL = '''\
-from harness.kernels.reference import paged_decode_attention as _reference
-
-
-def _spin(n):
-    acc = 0
-    for i in range(n):
-        acc += i * i
-    return acc
-
-
-def paged_decode_attention(**args):
-    _spin({work})           # fixed host work: the same CPU time every call, up to the machine's noise
-    return _reference(**args)
-'''
-
-
 def _work_case(tmp_path, module: str, work: int) -> str:
-    (tmp_path / "k" / f"{module}.py").write_text(_WORK_KERNEL.format(work=work))
+    (tmp_path / "k" / f"{module}.py").write_text(LATENCY_KERNEL_PY.format(work=work))
     (tmp_path / f"{module}.yaml").write_text(textwrap.dedent(f"""\
         name: wk
         op: paged_decode_attention
