@@ -132,8 +132,11 @@ def _results_in(store) -> int:
 def _interrupt(tmp_path, argv: list[str], sig: int, after: int) -> tuple[str, str]:
     """Start ``harness ARGV``, send ``sig`` to it (not its workers) once ``after`` results are stored;
     its output and the resume line it printed."""
+    # SIGINT as a shell's foreground job has it: a process started with it ignored (as a pytest-xdist
+    # worker may be) keeps it ignored, and the interrupt sent below was lost (3 of 3 CI runs).
     proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 240
         while _results_in(tmp_path / "r.sqlite") < after and proc.poll() is None and time.monotonic() < deadline:
