@@ -98,3 +98,29 @@ def case_runner(goldens: Path):
         return reply.outcome.value, reply.to_wire().get("summary") or ""
 
     return run
+
+
+OUTSIDE_KERNELS = Path(__file__).resolve().parent / "outside_kernels"
+
+
+@contextlib.contextmanager
+def outside_kernels_in_process(golden_root=None):
+    """Cases executed in this process (``execute_case`` on the CPU, one kernel loader and golden
+    cache), with tests/outside_kernels importable as ``outside``: yields ``run(case, **kwargs)``,
+    the reply of a case that raised nothing of the harness's own."""
+    from harness.devices import Device, backend
+    from harness.goldens.cache import GoldenCache
+    from harness.worker.execute import KernelLoader, execute_case
+    sys.path.insert(0, str(OUTSIDE_KERNELS))
+    device, loader, cache = Device("cpu"), KernelLoader(), GoldenCache(golden_root)
+
+    def run(case, **kwargs):
+        reply = execute_case(case, device, backend(device), cache, loader, **kwargs)
+        assert reply.failure is None, reply.failure.traceback
+        return reply
+    try:
+        yield run
+    finally:
+        sys.path.remove(str(OUTSIDE_KERNELS))
+        for name in [m for m in sys.modules if m == "outside" or m.startswith("outside.")]:
+            del sys.modules[name]

@@ -2,21 +2,15 @@
 kernels pass, bugs still fail, and the comparison takes fp16's half ulp."""
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
 
 from harness.case import PRESETS, Case, SeqLens, SlotMode
-from harness.devices import Device, backend
-from harness.goldens.cache import GoldenCache
 from harness.ops import OPS
-from harness.worker.execute import KernelLoader, execute_case
 from harness.worker.inputs import generate
-
-OUTSIDE = Path(__file__).resolve().parent.parent / "outside_kernels"
+from helpers import outside_kernels_in_process
 
 
 def _case(op: str, kernel: str = "reference", dtype: str = "fp16", **extra) -> Case:
@@ -27,18 +21,8 @@ def _case(op: str, kernel: str = "reference", dtype: str = "fp16", **extra) -> C
 
 @pytest.fixture(scope="module")
 def run_case():
-    sys.path.insert(0, str(OUTSIDE))
-    device = Device("cpu")
-    loader, be, cache = KernelLoader(), backend(device), GoldenCache(None)
-
-    def run(case: Case):
-        reply = execute_case(case, device, be, cache, loader)
-        assert reply.failure is None, reply.failure
-        return reply
-    yield run
-    sys.path.remove(str(OUTSIDE))
-    for name in [m for m in sys.modules if m == "outside" or m.startswith("outside.")]:
-        del sys.modules[name]
+    with outside_kernels_in_process() as run:
+        yield run
 
 
 @pytest.mark.parametrize("op", sorted(OPS))

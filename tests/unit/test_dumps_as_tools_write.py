@@ -13,15 +13,13 @@ import pytest
 import torch
 
 from harness.case import PRESETS, Case, SeqLens, SlotMode
-from harness.devices import Device, backend
-from harness.goldens.cache import GoldenCache
 from harness.intermediates import files
 from harness.worker.dumps_offline import compare_folder
 from harness.outcomes import Outcome
-from harness.worker.execute import KernelLoader, execute_case
 from harness.worker.inputs import generate
 from harness.worker.input_digest import digest_inputs
 from harness.worker.launch import launch
+from helpers import outside_kernels_in_process
 
 OUTSIDE = Path(__file__).resolve().parent.parent / "outside_kernels"
 TINY = replace(PRESETS["tiny"], batch=4)
@@ -34,19 +32,9 @@ def case(kernel: str, seed: int = 0) -> Case:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    sys.path.insert(0, str(OUTSIDE))
-    device, loader = Device("cpu"), KernelLoader()
     root = tmp_path_factory.mktemp("goldens")
-    cache = GoldenCache(root)
-
-    def run(c: Case, mode: str = "on-failure"):
-        reply = execute_case(c, device, backend(device), cache, loader, intermediates=mode)
-        assert reply.failure is None, reply.failure.traceback
-        return reply
-    yield run, str(root)
-    sys.path.remove(str(OUTSIDE))
-    for name in [m for m in sys.modules if m == "outside" or m.startswith("outside.")]:
-        del sys.modules[name]
+    with outside_kernels_in_process(root) as run:
+        yield (lambda c, mode="on-failure": run(c, intermediates=mode)), str(root)
 
 
 def rows_of(reply) -> dict[str, dict]:

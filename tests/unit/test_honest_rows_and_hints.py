@@ -4,21 +4,15 @@ the rows its output is, a row with nothing compared says so, a hint needs its ow
 on the kernel's data and names its tensor, and no finding repeats unsafe advice."""
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
 
 from harness.case import PRESETS, Case, SeqLens, SlotMode
-from harness.devices import Device, backend
-from harness.goldens.cache import GoldenCache
 from harness.intermediates import files
 from harness.outcomes import Outcome
-from harness.worker.execute import KernelLoader, execute_case
-
-OUTSIDE = Path(__file__).resolve().parent.parent / "outside_kernels"
+from helpers import outside_kernels_in_process
 
 
 def case(kernel: str, *, batch: int = 4, seq: int = 9, slots: SlotMode = SlotMode("arange"), **kw) -> Case:
@@ -33,18 +27,8 @@ def scratch(kernel: str) -> Case:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    sys.path.insert(0, str(OUTSIDE))
-    device, loader = Device("cpu"), KernelLoader()
-    cache = GoldenCache(tmp_path_factory.mktemp("goldens"))
-
-    def run(c: Case, mode: str = "on-failure"):
-        reply = execute_case(c, device, backend(device), cache, loader, intermediates=mode)
-        assert reply.failure is None, reply.failure.traceback
-        return reply
-    yield run
-    sys.path.remove(str(OUTSIDE))
-    for name in [m for m in sys.modules if m == "outside" or m.startswith("outside.")]:
-        del sys.modules[name]
+    with outside_kernels_in_process(tmp_path_factory.mktemp("goldens")) as run:
+        yield lambda c, mode="on-failure": run(c, intermediates=mode)
 
 
 def verdicts(reply) -> dict[str, str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import json
 import math
-import sys
 import weakref
 from dataclasses import replace
 from pathlib import Path
@@ -28,8 +27,8 @@ from harness.outcomes import Outcome, Result
 from harness.worker import dumps
 from harness.worker.execute import KernelLoader, execute_case
 from harness.worker.inputs import generate, on_host
+from helpers import outside_kernels_in_process
 
-OUTSIDE = Path(__file__).resolve().parent.parent / "outside_kernels"
 TINY = replace(PRESETS["tiny"], batch=4)
 
 
@@ -41,18 +40,8 @@ def case(kernel: str, op: str = "fused_rope_decode_attention", layers: int = 1, 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    sys.path.insert(0, str(OUTSIDE))
-    device, loader = Device("cpu"), KernelLoader()
-    cache = GoldenCache(tmp_path_factory.mktemp("goldens"))      # one golden per distinct case
-
-    def run(c: Case, mode: str = "always"):
-        reply = execute_case(c, device, backend(device), cache, loader, intermediates=mode)
-        assert reply.failure is None, reply.failure.traceback
-        return reply
-    yield run
-    sys.path.remove(str(OUTSIDE))
-    for name in [m for m in sys.modules if m == "outside" or m.startswith("outside.")]:
-        del sys.modules[name]
+    with outside_kernels_in_process(tmp_path_factory.mktemp("goldens")) as run:   # one golden per distinct case
+        yield lambda c, mode="always": run(c, intermediates=mode)
 
 
 def verdict_of(reply) -> dict[str, str]:

@@ -4,20 +4,15 @@ and the bugs the harness ships as mutants (and the outside bugs) are still caugh
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from harness.case import (BF16_COMPUTE_ATOL_RMS, BF16_COMPUTE_TOLERANCE, DEFAULT_TOLERANCE, PRESETS, Case, SeqLens, SlotMode,
                           default_tolerance)
 from harness.casefiles import load_matrix
-from harness.devices import Device, backend
-from harness.goldens.cache import GoldenCache
-from harness.worker.execute import KernelLoader, execute_case
+from helpers import outside_kernels_in_process
 
-OUTSIDE = Path(__file__).resolve().parent.parent / "outside_kernels"
 TINY = PRESETS["tiny"]
 
 
@@ -29,18 +24,8 @@ def _case(op: str, kernel: str, precision: str, seq_lens=SeqLens("multi_block"),
 
 @pytest.fixture(scope="module")
 def run_case():
-    sys.path.insert(0, str(OUTSIDE))
-    device = Device("cpu")
-    loader, be, cache = KernelLoader(), backend(device), GoldenCache(None)
-
-    def run(case: Case) -> str:
-        reply = execute_case(case, device, be, cache, loader)
-        assert reply.failure is None, reply.failure
-        return reply.outcome.value
-    yield run
-    sys.path.remove(str(OUTSIDE))
-    for name in [m for m in sys.modules if m == "outside" or m.startswith("outside.")]:
-        del sys.modules[name]
+    with outside_kernels_in_process() as run:
+        yield lambda case: run(case).outcome.value
 
 
 PROLOGUE_CASES = [
