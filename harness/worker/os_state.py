@@ -137,16 +137,14 @@ def _take_opened() -> frozenset[str]:
     return opened
 
 
-def _held() -> set[str]:
-    """The ``/dev/shm`` names this process holds: through a descriptor or a mapping."""
+def _held(fds: tuple[str, ...] | None) -> set[str]:
+    """The ``/dev/shm`` names this process holds: through a descriptor (of ``fds``, the reading's
+    listing) or a mapping."""
     held = set()
-    try:
-        for fd in os.listdir("/proc/self/fd"):
-            target = _target(fd)
-            if target.startswith(_SHM_PREFIX):
-                held.add(target[len(_SHM_PREFIX):].removesuffix(" (deleted)"))
-    except OSError:
-        pass
+    for fd in fds or ():
+        target = _target(fd)
+        if target.startswith(_SHM_PREFIX):
+            held.add(target[len(_SHM_PREFIX):].removesuffix(" (deleted)"))
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
             for line in maps:
@@ -203,9 +201,9 @@ def window_changes(before: OsState, after: OsState) -> list[str]:
             out.append(f"{len(left)} descriptor(s) open ({open_before} → {open_before + len(left)}): "
                        f"{named}{more}")
     if before.shm is not None and after.shm is not None and after.shm != before.shm:
-        new = [n for n in after.shm - before.shm if _created_by_us(n, before.at_ns)]
-        held = _held() if new and not set(new) <= after.opened_shm else set()
-        mine = sorted(n for n in new if n in after.opened_shm or n in held)
+        appeared = [n for n in after.shm - before.shm if _created_by_us(n, before.at_ns)]
+        held = _held(after.fds) if not set(appeared) <= after.opened_shm else set()
+        mine = sorted(n for n in appeared if n in after.opened_shm or n in held)
         if mine:
             out.append(f"{len(mine)} file(s) in {SHM}: " + ", ".join(mine[:_MAX_NAMED])
                        + (f", and {len(mine) - _MAX_NAMED} more" if len(mine) > _MAX_NAMED else ""))
