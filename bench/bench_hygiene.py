@@ -99,6 +99,17 @@ def against(rev: str, rounds: int, n: int) -> None:
             print(f"{clock:4s} {'difference':16s} {new - old:+8.1f} us per case ({new / old:.2f}x)")
 
 
+def _side_by_side(old_label: str, old_fn, new_label: str, new_fn, n: int) -> None:
+    """Two ways of a case's window in 5 interleaved rounds (load changes reach both), medians and ratio."""
+    old, new = [], []
+    for _ in range(5):
+        old.append(per_call_us(old_fn, n // 5))
+        new.append(per_call_us(new_fn, n // 5))
+    old_us, new_us = statistics.median(old), statistics.median(new)
+    print(f"{old_label:36s} {old_us:8.1f} us")
+    print(f"{new_label:36s} {new_us:8.1f} us   ({new_us / old_us:.2f}x, +{new_us - old_us:.1f} us per case)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=2000)
@@ -171,14 +182,8 @@ def main() -> None:
     for name, fn in pieces:
         print(f"{name:36s} {per_call_us(fn, n):8.1f} us")
     # side by side, interleaved so that load changes reach both: the window without and with issue 23
-    old, new = [], []
-    for _ in range(5):
-        old.append(per_call_us(watch_without_hooks, n // 5))
-        new.append(per_call_us(watch_pristine, n // 5))
-    old_us, new_us = statistics.median(old), statistics.median(new)
-    print(f"{'window without issue 23 additions':36s} {old_us:8.1f} us")
-    print(f"{'window + hooks + drift (now)':36s} {new_us:8.1f} us   ({new_us / old_us:.2f}x, "
-          f"+{new_us - old_us:.1f} us per case)")
+    _side_by_side("window without issue 23 additions", watch_without_hooks,
+                  "window + hooks + drift (now)", watch_pristine, n)
     # and without what issue 37 added: no import machinery, no OS state, no standard library
     # namespaces, no collection around the window (their readings frozen, their lists cut)
     full = hygiene.NAMESPACES
@@ -208,14 +213,7 @@ def main() -> None:
         finally:
             back(saved)
 
-    old, new = [], []
-    for _ in range(5):
-        old.append(per_call_us(watch_without_37, n // 5))
-        new.append(per_call_us(watch_pristine, n // 5))
-    old_us, new_us = statistics.median(old), statistics.median(new)
-    print(f"{'window without issue 37 additions':36s} {old_us:8.1f} us")
-    print(f"{'window with them (now)':36s} {new_us:8.1f} us   ({new_us / old_us:.2f}x, "
-          f"+{new_us - old_us:.1f} us per case)")
+    _side_by_side("window without issue 37 additions", watch_without_37, "window with them (now)", watch_pristine, n)
     print(f"load average {os.getloadavg()[0]:.1f}; timed with {'CPU' if CLOCK[0] is time.process_time else 'wall'} time")
 
 
