@@ -124,3 +124,17 @@ def outside_kernels_in_process(golden_root=None):
         sys.path.remove(str(OUTSIDE_KERNELS))
         for name in [m for m in sys.modules if m == "outside" or m.startswith("outside.")]:
             del sys.modules[name]
+
+
+def classify_collected(folder: Path, name: str, spec: dict):
+    """A log of a collection (tests/fixtures/logs/*/collection.yaml) classified the way it was seen:
+    ``via: exit`` (a return code), ``timeout``, or an exception at launch (the default); as
+    bench/score_public_logs.py scores them."""
+    from harness.classify import classify_exception, classify_exit, classify_timeout, read_log
+    text = read_log(folder / name)
+    via = spec.get("via", "exception")
+    if via == "exit":
+        return classify_exit(spec["returncode"], text)
+    if via == "timeout":
+        return classify_timeout(2, text)
+    return classify_exception("launch", spec.get("exc_type", "RuntimeError"), spec.get("message", ""), "", text)

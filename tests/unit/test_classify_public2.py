@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from harness.bisect.driver import _NOT_RUN
-from harness.classify import builtin_rules, builtin_tables, classify_exception, classify_exit, classify_text, \
+from harness.classify import builtin_rules, builtin_tables, classify_exit, classify_text, \
     match_rules, read_log
 from harness.outcomes import Outcome, label
+from helpers import classify_collected
 
 PUBLIC2 = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "public2"
 COLLECTION: dict = yaml.safe_load((PUBLIC2 / "collection.yaml").read_text())
@@ -20,10 +21,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "classify.md"
 
 
 def _classify(name: str, spec: dict):
-    text = read_log(PUBLIC2 / name)
-    if spec.get("via") == "exit":
-        return classify_exit(spec["returncode"], text)
-    return classify_exception("launch", spec.get("exc_type", "RuntimeError"), spec.get("message", ""), "", text)
+    return classify_collected(PUBLIC2, name, spec)
 
 
 def test_the_set_is_large_labelled_sourced_and_has_a_held_out_part():

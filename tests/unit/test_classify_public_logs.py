@@ -7,18 +7,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.classify import builtin_rules, classify_exception, classify_exit, classify_text, match_rules, read_log
+from harness.classify import builtin_rules, classify_exit, classify_text, match_rules, read_log
 from harness.outcomes import Outcome, label
+from helpers import classify_collected
 
 PUBLIC = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "public"
 COLLECTION: dict = yaml.safe_load((PUBLIC / "collection.yaml").read_text())
 
 
 def _classify(name: str, spec: dict):
-    text = read_log(PUBLIC / name)
-    if spec.get("via") == "exit":
-        return classify_exit(spec["returncode"], text)
-    return classify_exception("launch", spec.get("exc_type", "RuntimeError"), spec.get("message", ""), "", text)
+    return classify_collected(PUBLIC, name, spec)
 
 
 def test_every_log_has_a_label_and_a_source_and_there_are_enough():
