@@ -123,66 +123,29 @@ class Tolerance:
 
 
 DEFAULT_TOLERANCE = Tolerance(atol=3e-3, rtol=3e-3, max_error_ratio=0.005)
-# decode_layers runs L layers of bf16 weights and bf16 activations into every matmul
-# (fp32 accumulation), against an fp32 golden: the residual stream grows with depth and
-# so does its rounding. Measured (tiny, 4 layers, 16 rows): the reference kernel differs by
-# up to 0.09 on next_hidden (RMS 5) and 0.03 on logits (RMS 1); a kernel that also keeps
-# the residual in bf16 by up to 0.16 on next_hidden (1.4% of elements beyond atol 0.05 +
-# rtol 0.03). Bugs move them by O(1).
+# A logits output (an LM head's, fp32) takes this one unless its pack declares another: a near
+# tie of the golden's top two (``argmax_margin``) flips the argmax legitimately.
 DEFAULT_LOGITS_TOLERANCE = Tolerance(atol=5e-2, rtol=2e-2, max_error_ratio=0.01, argmax_margin=5e-2)
-# Attention's output is a weighted mean of value rows: its magnitude falls as the weight spreads
-# (RMS about 1 over one key, 0.02 over 2048 keys of near-uniform weight), and a fixed atol of
-# 3e-3 would be a tenth of the signal at long context.  Its atol follows each head's RMS instead
-# (docs/contracts.md, "The bound follows the signal").  Measured with the 12 correct kernels of
-# bench/bench_attention.py over the long and shipped bf16 cases at every attention value: the
-# largest fraction any needed was 0.0041 (softmax probabilities rounded to bf16 before P.V, as
-# FlashAttention does; every fp32 kernel needed none beyond the rounding terms); 0.02 leaves 5x.
-ATTENTION_ATOL_RMS = 0.02
-ATTENTION_OUT_TOLERANCE = replace(DEFAULT_TOLERANCE, atol_rms=ATTENTION_ATOL_RMS)
-OP_DEFAULT_TOLERANCES: dict[tuple[str, str], Tolerance] = {
-    **{(op, "out"): ATTENTION_OUT_TOLERANCE
-       for op in ("paged_decode_attention", "fused_rope_decode_attention", "prefill_attention")},
-    ("decode_layers", "logits"): DEFAULT_LOGITS_TOLERANCE,
-    ("decode_layers", "next_hidden"): Tolerance(atol=1e-1, rtol=3e-2, max_error_ratio=0.02),
-    ("decode_layers", "k_cache"): Tolerance(atol=2e-2, rtol=2e-2, max_error_ratio=0.01),
-    ("decode_layers", "v_cache"): Tolerance(atol=2e-2, rtol=2e-2, max_error_ratio=0.01),
-}
 
 
 # Precision presets (docs/contracts.md, "Precision presets"): how many roundings a kernel may do
-# before it stores an output, as the tolerances that admit them.  ``fp32-compute`` (the default)
-# is the contract's prologue: QK-norm and RoPE in fp32, each output and cache row rounded once to
-# the stored dtype.  ``bf16-compute`` admits a prologue computed in bf16 as a bf16 transformers
-# model does it (the scaled projection, the normalised row, its product with the weight, each
-# RoPE product and their sum rounded: about six roundings of 2^-8 relative, of terms O(1) whose
-# sum can be smaller).  Measured with tests/outside_kernels/outside/bf16_prologue.py on the ci
-# matrices, seeds 0-1: with atol 0.01 the 99.5% element needs rtol 0.0018 on query and k rows,
-# with atol 0.02 none; the preset takes atol 0.02, rtol 0.01.  paged_decode_attention has no
-# prologue and decode_layers' defaults already admit bf16 activations: both keep theirs.
+# before it stores an output, as the tolerances that admit them; each pack declares its ops' per
+# preset (``OpEntry.precision_tolerances``).  ``fp32-compute`` is the default.
 PRECISIONS = ("fp32-compute", "bf16-compute")
 DEFAULT_PRECISION = "fp32-compute"
-# Its attention output follows the signal too, with a wider fraction: the prologue's roundings
-# move the scores, and the same kernel needed up to 0.028 of a head's RMS (sharp attention;
-# 0.0098 uniform) over the long and shipped cases; 0.1 leaves 3.5x.
-BF16_COMPUTE_TOLERANCE = Tolerance(atol=2e-2, rtol=1e-2, max_error_ratio=0.005)
-BF16_COMPUTE_ATOL_RMS = 0.1
-PRECISION_TOLERANCES: dict[str, dict[tuple[str, str], Tolerance]] = {
-    "fp32-compute": {},
-    "bf16-compute": {(op, name): replace(BF16_COMPUTE_TOLERANCE,
-                                         atol_rms=BF16_COMPUTE_ATOL_RMS if name == "out" else None)
-                     for op, names in (
-                         ("rope_kv_write", ("query", "k_cache", "v_cache")),
-                         ("fused_rope_decode_attention", ("out", "query", "k_cache", "v_cache")),
-                         ("prefill_attention", ("out", "k_cache", "v_cache"))) for name in names},
-}
 
 
 def default_tolerance(op: str, name: str, precision: str = DEFAULT_PRECISION) -> Tolerance:
-    preset = PRECISION_TOLERANCES[precision]
-    if (op, name) in preset:
-        return preset[(op, name)]
-    if (op, name) in OP_DEFAULT_TOLERANCES:
-        return OP_DEFAULT_TOLERANCES[(op, name)]
+    """What ``name`` of ``op`` is compared with when the case file gives no tolerance: its pack's
+    for the precision preset, else its pack's default, else the generic one."""
+    from harness import packs
+    declared = packs.find(op)
+    if declared is not None:
+        preset = declared.precision_tolerances.get(precision, {})
+        if name in preset:
+            return preset[name]
+        if name in declared.tolerances:
+            return declared.tolerances[name]
     return DEFAULT_LOGITS_TOLERANCE if name == "logits" else DEFAULT_TOLERANCE
 
 
@@ -247,7 +210,7 @@ class Case:
     command: dict[str, Any] | None = None   # a command case's wire form (harness.commands); None: a kernel case
     latency: LatencySpec | None = None                      # timed after its checks pass (docs/latency.md)
     attention: str = DEFAULT_ATTENTION                      # a key of ATTENTION_SPREADS
-    precision: str = DEFAULT_PRECISION   # a key of PRECISION_TOLERANCES: the tolerances' preset
+    precision: str = DEFAULT_PRECISION   # one of PRECISIONS: the tolerances' preset
     dtype: str = DEFAULT_DTYPE           # bf16 | fp16: the stored dtype of caches and bf16 outputs
     # A spec op's case (docs/specs.md): its module, golden, build params, comparators and the
     # table of its tensors (``harness.ops.spec_op``); None: a builtin op of harness/ops.py

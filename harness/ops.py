@@ -1,6 +1,7 @@
-"""The op contracts in docs/contracts.md as data: the kernel ABI.
+"""An op's contract as data: the kernel ABI (docs/contracts.md).
 
-Each op lists its kernel arguments by role.  Shapes are written in geometry
+Each op lists its kernel arguments by role; the ops themselves are declared by packs
+(harness/packs/), ``OPS`` is every pack's by name.  Shapes are written in geometry
 symbols (``Hq*D`` a product, ``B+1`` a sum) and resolved with the sizes of
 ``harness.case.shape_sizes``; nothing here imports torch, so the front end can
 validate case files and print the contracts without it.
@@ -86,121 +87,27 @@ def resolve_shape(shape: tuple[str, ...], sizes: Mapping[str, int]) -> tuple[int
     return dims
 
 
-def _in(name, shape, dtype="float32"):
-    return Arg(name, "input", tuple(shape), dtype)
+class _PackOps(Mapping):
+    """Every pack's op contracts by name (harness/packs/): read through on each access, the packs
+    loaded on first use."""
+
+    def _table(self) -> dict[str, OpSpec]:
+        from harness import packs
+        return {name: e.contract for name, e in packs.ops().items()}
+
+    def __getitem__(self, op: str) -> OpSpec:
+        return self._table()[op]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
 
 
-def _scalar(name, dtype="float"):
-    return Arg(name, "scalar", (), dtype)
-
-
-_ROPE_INPUTS = (
-    _in("q_proj", ("B", "Hq*D")),
-    _in("k_proj", ("B", "Hkv*D")),
-    _in("v_proj", ("B", "Hkv*D")),
-    _in("inv_rms", ("B", "1")),
-    _in("q_norm_weight", ("D",)),
-    _in("k_norm_weight", ("D",)),
-    _in("rope_cos", ("max_pos", "D")),
-    _in("rope_sin", ("max_pos", "D")),
-    _in("positions", ("B",), "int32"),
-    _in("slot_mapping", ("B",), "int32"),
-)
-_CACHES = (
-    Arg("k_cache", "cache", ("N", "P", "Hkv", "D"), "bfloat16"),
-    Arg("v_cache", "cache", ("N", "P", "Hkv", "D"), "bfloat16"),
-)
-_PAGING = (
-    _in("block_table", ("B", "MB"), "int32"),
-    _in("seq_lens", ("B",), "int32"),
-)
-
-
-def _out(name, shape, dtype, axes):
-    return Arg(name, "output", tuple(shape), dtype, tuple(axes))
-
-
-OPS: dict[str, OpSpec] = {
-    "rope_kv_write": OpSpec(
-        "rope_kv_write",
-        _ROPE_INPUTS + (_scalar("eps"),) + _CACHES
-        + (_out("query", ("B", "Hq", "D"), "bfloat16", ("batch", "head", None)),),
-        writes_cache=True,
-    ),
-    "paged_decode_attention": OpSpec(
-        "paged_decode_attention",
-        (_in("query", ("B", "Hq", "D"), "bfloat16"),) + _PAGING + (_scalar("scale"),) + _CACHES
-        + (_out("out", ("B", "Hq", "D"), "bfloat16", ("batch", "head", None)),),
-        writes_cache=False,
-    ),
-    "fused_rope_decode_attention": OpSpec(
-        "fused_rope_decode_attention",
-        _ROPE_INPUTS + _PAGING + (_scalar("scale"), _scalar("eps")) + _CACHES
-        + (
-            _out("out", ("B", "Hq", "D"), "bfloat16", ("batch", "head", None)),
-            _out("query", ("B", "Hq", "D"), "bfloat16", ("batch", "head", None)),
-        ),
-        writes_cache=True,
-        slot_masked_outputs=("out",),
-    ),
-    "prefill_attention": OpSpec(
-        "prefill_attention",
-        (
-            _in("q_proj", ("T", "Hq*D")),
-            _in("k_proj", ("T", "Hkv*D")),
-            _in("v_proj", ("T", "Hkv*D")),
-            _in("inv_rms", ("T", "1")),
-            _in("q_norm_weight", ("D",)),
-            _in("k_norm_weight", ("D",)),
-            _in("rope_cos", ("max_pos", "D")),
-            _in("rope_sin", ("max_pos", "D")),
-            _in("positions", ("T",), "int32"),
-            _in("slot_mapping", ("T",), "int32"),
-            _in("cu_seqlens", ("B+1",), "int32"),
-            _in("context_lens", ("B",), "int32"),
-            _in("block_table", ("B", "MB"), "int32"),
-            _scalar("scale"),
-            _scalar("eps"),
-        )
-        + _CACHES
-        + (_out("out", ("T", "Hq", "D"), "bfloat16", ("token", "head", None)),),
-        writes_cache=True,
-    ),
-    "decode_layers": OpSpec(
-        "decode_layers",
-        (
-            _in("hidden", ("B", "H"), "bfloat16"),
-            _in("input_rms_weight", ("H",)),
-            _in("post_rms_weight", ("H",)),
-            _in("q_norm_weight", ("D",)),
-            _in("k_norm_weight", ("D",)),
-            _in("final_norm_weight", ("H",)),
-            _in("wq", ("H", "Hq*D"), "bfloat16"),
-            _in("wk", ("H", "Hkv*D"), "bfloat16"),
-            _in("wv", ("H", "Hkv*D"), "bfloat16"),
-            _in("wo", ("Hq*D", "H"), "bfloat16"),
-            _in("w_gate", ("H", "I"), "bfloat16"),
-            _in("w_up", ("H", "I"), "bfloat16"),
-            _in("w_down", ("I", "H"), "bfloat16"),
-            _in("lm_head", ("V", "H"), "bfloat16"),
-            _in("rope_cos", ("max_pos", "D")),
-            _in("rope_sin", ("max_pos", "D")),
-            _in("positions", ("B",), "int32"),
-            _in("slot_mapping", ("B",), "int32"),
-            _in("block_table", ("B", "MB"), "int32"),
-            _in("seq_lens", ("B",), "int32"),
-            _scalar("num_layers", "int"),
-            _scalar("scale"),
-            _scalar("eps"),
-            Arg("k_cache", "cache", ("L", "N", "P", "Hkv", "D"), "bfloat16"),
-            Arg("v_cache", "cache", ("L", "N", "P", "Hkv", "D"), "bfloat16"),
-            _out("logits", ("B", "V"), "float32", ("batch", None)),
-            _out("next_hidden", ("B", "H"), "bfloat16", ("batch", None)),
-        ),
-        writes_cache=True,
-        slot_masked_outputs=("logits", "next_hidden"),
-    ),
-}
+# op name -> contract, for every op of every pack (harness/packs/; the Qwen3 ops' are in
+# harness/packs/qwen3/contracts.py)
+OPS: Mapping[str, OpSpec] = _PackOps()
 
 
 def spec_op(spec: Mapping) -> OpSpec:

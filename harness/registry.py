@@ -1,4 +1,4 @@
-"""Builtin kernels by name: the implementations under test that ship with the harness.
+"""Builtin kernels by name: the implementations under test that ship with the packs (harness/packs/).
 
 A registry of import paths, pure data: the front end validates kernel names
 without importing torch; the device worker imports the callable.
@@ -8,42 +8,27 @@ that holds one function per op, named like the op.
 """
 from __future__ import annotations
 
-from harness.ops import OPS
-
-ALL_OPS = tuple(OPS)
-_CACHE_WRITERS = ("rope_kv_write", "fused_rope_decode_attention", "prefill_attention", "decode_layers")
-_ATTENTION_AFTER_WRITE = ("fused_rope_decode_attention", "prefill_attention", "decode_layers")
+from collections.abc import Mapping
 
 
-def _table(module: str, ops) -> dict[str, str]:
-    return {op: f"{module}:{op}" for op in ops}
+class _PackKernels(Mapping):
+    """name -> {op -> "module:callable"}: every pack's builtin kernels (``Pack.kernels``), merged."""
+
+    def _table(self) -> dict[str, dict[str, str]]:
+        from harness import packs
+        return packs.kernels()
+
+    def __getitem__(self, kernel: str) -> dict[str, str]:
+        return self._table()[kernel]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
 
 
-# name -> {op -> "module:callable"}
-BUILTINS: dict[str, dict[str, str]] = {
-    "reference": _table("harness.kernels.reference", ALL_OPS),
-    "triton": _table("harness.kernels.triton_kernels", ("rope_kv_write", "paged_decode_attention")),
-    # Written to libraries' public APIs and bound with harness.adapters (docs/adapters.md).
-    "torch-sdpa": _table("harness.kernels.adapted.torch_sdpa", (
-        "rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention", "prefill_attention")),
-    "torch-flex": _table("harness.kernels.adapted.torch_flex", (
-        "paged_decode_attention", "fused_rope_decode_attention", "prefill_attention")),
-    "transformers-qwen3": _table("harness.kernels.adapted.transformers_qwen3", ALL_OPS),
-    # Mutants: each reproduces a bug class seen in real fused kernels.
-    "unguarded_slot_write": _table("harness.kernels.mutants.unguarded_slot_write", _CACHE_WRITERS),
-    "returns_query": _table("harness.kernels.mutants.returns_query", ("fused_rope_decode_attention",)),
-    "skip_rope": _table("harness.kernels.mutants.skip_rope", _CACHE_WRITERS),
-    "stale_kv": _table("harness.kernels.mutants.stale_kv", _ATTENTION_AFTER_WRITE),
-    "racy_head": _table("harness.kernels.mutants.racy_head", ALL_OPS),
-    "reduction_order": _table("harness.kernels.mutants.reduction_order", ALL_OPS),
-    "hang": _table("harness.kernels.mutants.hang", ALL_OPS),
-    "segfault": _table("harness.kernels.mutants.segfault", ALL_OPS),
-    # Real faults, for proving the run survives them (issue: classification).
-    "native_hang": _table("harness.kernels.mutants.native_hang", ALL_OPS),
-    "abort": _table("harness.kernels.mutants.abort", ALL_OPS),
-    "oom": _table("harness.kernels.mutants.oom", ALL_OPS),
-    "npu_fault": _table("harness.kernels.mutants.npu_fault", ALL_OPS),
-}
+BUILTINS: Mapping[str, Mapping[str, str]] = _PackKernels()
 
 
 def is_import_path(kernel: str) -> bool:

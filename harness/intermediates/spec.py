@@ -1,7 +1,7 @@
 """Which intermediates each op has, their shapes, dataflow order and inputs (torch-free).
 
-The names and shapes are part of the kernel contract (docs/intermediates.md).  ``rows`` is
-``B`` (decode) or ``T`` (prefill).  ``upstream`` of an intermediate are the intermediates it
+The names and shapes are part of the kernel contract (docs/intermediates.md); each pack declares
+its ops' (``OpEntry.intermediates``).  ``rows`` is the symbol of the rows one launch writes.  ``upstream`` of an intermediate are the intermediates it
 consumes directly: a bad intermediate is ``inherited`` when one of those was dumped and is
 bad (or inherited) itself.
 
@@ -18,32 +18,18 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-# The prologue of every op with QK-norm + RoPE: (name, shape symbols, upstream).
-_PROLOGUE = (
-    ("q_norm", ("rows", "Hq", "D"), ()),
-    ("k_norm", ("rows", "Hkv", "D"), ()),
-    ("q_rope", ("rows", "Hq", "D"), ("q_norm",)),
-    ("k_rope", ("rows", "Hkv", "D"), ("k_norm",)),
-    ("v", ("rows", "Hkv", "D"), ()),
-)
-_ATTN = ("attn", ("rows", "Hq", "D"), ("q_rope", "k_rope", "v"))
-
 # Per intermediate: which axis names localise it (as the outputs' axes do).
 _AXES = {("rows", "Hq", "D"): ("row", "head", None), ("rows", "Hkv", "D"): ("row", "kv_head", None),
          ("rows", "H"): ("row", None)}
-
-# The output whose tolerance an intermediate is compared with (its nearest stored relative).
-_TOLERANCE_OF = {"q_norm": "query", "q_rope": "query", "k_norm": "k_cache", "k_rope": "k_cache",
-                 "v": "v_cache", "attn": "out", "hidden": "next_hidden", "final_norm": "next_hidden"}
 
 
 @dataclass(frozen=True)
 class Intermediate:
     name: str                       # "k_rope", "layers.3.attn"
-    shape: tuple[str, ...]          # symbols: rows, Hq, Hkv, D, H
+    shape: tuple[str, ...]          # symbols: rows (the rows one launch writes) and the geometry's
     upstream: tuple[str, ...]       # the intermediates it consumes directly
-    layer: int | None = None        # decode_layers: the layer it belongs to
-    tolerance: str | None = None    # a spec op's: the output whose tolerance it takes
+    layer: int | None = None        # an op that stacks layers: the layer it belongs to
+    tolerance: str = ""              # the output whose tolerance it takes
 
     @property
     def declared(self) -> bool:
@@ -57,7 +43,8 @@ class Intermediate:
 
     @property
     def axes(self) -> tuple[str | None, ...]:
-        return _AXES[self.shape]
+        """Named for the symbols a head-shaped intermediate has; ``dim0``, ... for any other shape."""
+        return _AXES.get(self.shape) or tuple(f"dim{i}" for i in range(len(self.shape)))
 
     def axes_for(self, ndim: int) -> tuple[str | None, ...]:
         """The axes to localise a tensor of ``ndim`` dims by: the symbols' names, or ``dim0``, ..."""
@@ -65,45 +52,15 @@ class Intermediate:
 
     @property
     def tolerance_of(self) -> str:
-        return self.tolerance or _TOLERANCE_OF[self.base]
-
-
-def _flat(items) -> tuple[Intermediate, ...]:
-    return tuple(Intermediate(name, shape, up) for name, shape, up in items)
-
-
-_BY_OP = {
-    "rope_kv_write": _flat(_PROLOGUE),
-    "fused_rope_decode_attention": _flat(_PROLOGUE + (_ATTN,)),
-    "prefill_attention": _flat(_PROLOGUE + (_ATTN,)),
-    "paged_decode_attention": (Intermediate("attn", _ATTN[1], ()),),
-}
-
-LAYER_PARTS = ("q_norm", "k_norm", "q_rope", "k_rope", "v", "attn", "hidden")
-
-
-def layer_names(layer: int) -> tuple[Intermediate, ...]:
-    """``layers.{l}.q_norm .. layers.{l}.hidden``: one decoder layer's intermediates."""
-    p = f"layers.{layer}."
-    before = (f"layers.{layer - 1}.hidden",) if layer else ()
-    return (
-        Intermediate(p + "q_norm", ("rows", "Hq", "D"), before, layer),
-        Intermediate(p + "k_norm", ("rows", "Hkv", "D"), before, layer),
-        Intermediate(p + "q_rope", ("rows", "Hq", "D"), (p + "q_norm",), layer),
-        Intermediate(p + "k_rope", ("rows", "Hkv", "D"), (p + "k_norm",), layer),
-        Intermediate(p + "v", ("rows", "Hkv", "D"), before, layer),
-        Intermediate(p + "attn", ("rows", "Hq", "D"), (p + "q_rope", p + "k_rope", p + "v"), layer),
-        Intermediate(p + "hidden", ("rows", "H"), (p + "attn",) + before, layer),
-    )
+        return self.tolerance
 
 
 def intermediates(op: str, num_layers: int = 0) -> tuple[Intermediate, ...]:
-    """Every intermediate of ``op`` in dataflow order (``num_layers``: decode_layers' layer count)."""
-    if op == "decode_layers":
-        per_layer = tuple(i for layer in range(num_layers) for i in layer_names(layer))
-        last = (f"layers.{num_layers - 1}.hidden",) if num_layers else ()
-        return per_layer + (Intermediate("final_norm", ("rows", "H"), last),)
-    return _BY_OP.get(op, ())
+    """Every intermediate of ``op`` in dataflow order, as its pack declares them (``num_layers``:
+    the case's layer count, for an op that stacks layers); none for an op that declares none."""
+    from harness import packs
+    declared = packs.find(op)
+    return declared.intermediates(num_layers) if declared is not None and declared.intermediates else ()
 
 
 def declared(entries, tolerance: str) -> tuple[Intermediate, ...]:
@@ -114,10 +71,12 @@ def declared(entries, tolerance: str) -> tuple[Intermediate, ...]:
 
 
 def tolerance_output(op: str, item: Intermediate) -> str:
-    """The output whose tolerance ``item`` is compared with.  In ``decode_layers`` every matmul
-    takes bf16 activations against an fp32 golden, so each layer's intermediates carry that
-    rounding (as ``next_hidden`` does): they take ``next_hidden``'s tolerance."""
-    return "next_hidden" if op == "decode_layers" else item.tolerance_of
+    """The output whose tolerance ``item`` is compared with: the one its pack names for every
+    intermediate of the op, else its own nearest output."""
+    from harness import packs
+    declared = packs.find(op)
+    return (declared.intermediate_tolerance if declared is not None and declared.intermediate_tolerance
+            else item.tolerance_of)
 
 
 def shape_of(item: Intermediate, sizes: Mapping[str, int], rows: int) -> tuple[int, ...]:

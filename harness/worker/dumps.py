@@ -26,7 +26,7 @@ from harness.case import Case
 from harness.goldens.cache import IntermediateGoldens
 from harness.intermediates import files
 from harness.worker.dumps_compare import Measurement, Row, first_bad, headline, measure, verdicts
-from harness.intermediates.spec import (Intermediate, LAYER_PARTS, declared, intermediates, shape_of,
+from harness.intermediates.spec import (Intermediate, declared, intermediates, shape_of,
                                         tolerance_output)
 from harness.worker.inputs import CaseInputs
 
@@ -131,9 +131,11 @@ class Collector:
         self.golden.close()
 
     def valid(self) -> str:
-        if self.ci.op.name == "decode_layers":
-            layers = len(self.items) // len(LAYER_PARTS)
-            return f"layers.{{0..{layers - 1}}}.{{{','.join(LAYER_PARTS)}}}, final_norm"
+        layered = [i for i in self.items if i.layer is not None]
+        if layered:         # an op that stacks layers: each layer's parts once, then the rest
+            parts = ",".join(dict.fromkeys(i.base for i in layered))
+            rest = "".join(f", {i.name}" for i in self.items if i.layer is None)
+            return f"layers.{{0..{max(i.layer for i in layered)}}}.{{{parts}}}{rest}"
         return ", ".join(self.by_name)
 
     # -- files ---------------------------------------------------------------------------

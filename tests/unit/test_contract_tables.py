@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from harness.abi import LAYOUTS, contract_rows
+from harness.abi import contract_rows
+from harness.packs.qwen3.contracts import LAYOUTS
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.cli import main
 from harness.cli.ops import parse_geometry

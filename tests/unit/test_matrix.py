@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
+from harness.packs.qwen3.tolerances import ATTENTION_ATOL_RMS
 from harness.case import (
-    ATTENTION_ATOL_RMS,
     GEOMETRY_FIELDS,
     DEFAULT_LOGITS_TOLERANCE,
     DEFAULT_TOLERANCE,

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from harness.case import (BF16_COMPUTE_ATOL_RMS, BF16_COMPUTE_TOLERANCE, DEFAULT_TOLERANCE, PRESETS, Case, SeqLens, SlotMode,
-                          default_tolerance)
+from harness.case import DEFAULT_TOLERANCE, PRESETS, Case, SeqLens, SlotMode, default_tolerance
+from harness.packs.qwen3.tolerances import BF16_COMPUTE_ATOL_RMS, BF16_COMPUTE_TOLERANCE
 from harness.casefiles import load_matrix
 from helpers import outside_kernels_in_process
 

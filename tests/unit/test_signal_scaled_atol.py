@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from harness.case import ATTENTION_ATOL_RMS, DEFAULT_TOLERANCE, PRESETS, Case, SeqLens, SlotMode, default_tolerance
+from harness.case import DEFAULT_TOLERANCE, PRESETS, Case, SeqLens, SlotMode, default_tolerance
+from harness.packs.qwen3.tolerances import ATTENTION_ATOL_RMS
 from harness.worker.ratio_allclose import ATOL_RMS_FLOOR, ratio_allclose, row_atol
 
 from helpers import case_runner, outside_kernels_on_path
