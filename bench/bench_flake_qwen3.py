@@ -58,7 +58,7 @@ from harness.store import Store  # noqa: E402
 from harness.worker import determinism  # noqa: E402
 from harness.worker.checks import run_checks  # noqa: E402
 from harness.worker.execute import KernelLoader  # noqa: E402
-from harness.worker.inputs import generate, on_host  # noqa: E402
+from harness.worker.inputs import generate, on_host# noqa: E402
 from harness.worker.launch import launch  # noqa: E402
 from harness.worker.repeats import ENV as REUSE_ENV  # noqa: E402
 

@@ -39,7 +39,7 @@ from harness import stats  # noqa: E402
 from harness.case import PRESETS, Case, SeqLens, SlotMode  # noqa: E402
 from harness.worker import counter_rng, prefault  # noqa: E402
 from harness.worker.input_digest import digest_inputs  # noqa: E402
-from harness.worker.inputs import generate  # noqa: E402
+from harness.worker.inputs import generate# noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -2,7 +2,7 @@
 
 Pure data with plain-JSON wire forms, so a case crosses the pipe to a device
 worker and into the store unchanged.  ``harness.casefiles`` builds these from
-YAML and validates them; ``harness.worker.inputs`` turns them into tensors.
+YAML and validates them; ``harness.worker.inputs`` turns them into tensors (through their pack's generator).
 """
 from __future__ import annotations
 

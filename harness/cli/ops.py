@@ -79,7 +79,7 @@ def spec_tables(args) -> int:
 
 
 def parse_geometry(text: str) -> dict[str, int]:
-    """``PRESET[,field=value...][,seq_len=N]`` → the shape sizes ``harness/worker/inputs.py`` would use."""
+    """``PRESET[,field=value...][,seq_len=N]`` → the shape sizes a case of that geometry gets (``Case.sizes``)."""
     geo, seq_len = _geometry(text)
     if seq_len is None:
         return shape_sizes(geo, num_pages=geo.num_pages)

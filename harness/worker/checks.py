@@ -22,7 +22,7 @@ from harness.worker.input_guard import InputWrite, bits
 from harness.worker import comparators
 from harness.worker.findings import Finding, Findings
 from harness.worker.ratio_allclose import ULP_DTYPES, Comparison, half_ulp, ratio_allclose, summarise_localisation
-from harness.worker.inputs import CaseInputs
+from harness.worker.case_inputs import CaseInputs
 from harness.worker.launch import Launched, poison_mask
 from harness.outcomes import CHECK_PRECEDENCE, Outcome
 

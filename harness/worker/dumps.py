@@ -28,7 +28,7 @@ from harness.intermediates import files
 from harness.worker.dumps_compare import Measurement, Row, first_bad, headline, measure, verdicts
 from harness.intermediates.spec import (Intermediate, declared, intermediates, shape_of,
                                         tolerance_output)
-from harness.worker.inputs import CaseInputs
+from harness.worker.case_inputs import CaseInputs
 
 MODES = ("off", "on-failure", "always")
 

@@ -49,7 +49,7 @@ from harness.outcomes import Outcome
 from harness.worker import stray_reads
 from harness.worker.checks import rounding_slack, stored_dtype
 from harness.worker.findings import Findings
-from harness.worker.inputs import CaseInputs, on_host
+from harness.worker.case_inputs import CaseInputs, on_host
 from harness.worker.launch import Launched
 from harness.worker.ratio_allclose import ratio_allclose
 

@@ -18,7 +18,7 @@ import torch
 
 from harness.intermediates.spec import declares_dump
 from harness.worker.input_guard import InputSeal, InputWrite
-from harness.worker.inputs import CaseInputs
+from harness.worker.case_inputs import CaseInputs
 
 GUARD_BYTE = 0xA5
 # Quiet NaNs with a payload (mantissa 0x65...) that no kernel arithmetic produces.

@@ -2,7 +2,7 @@
 and its golden run in the golden process with what a kernel gets there (its outputs checked
 for being written, its inputs for being left alone).
 
-``inputs.generate`` and ``inputs.input_spec`` hand a case with ``spec`` here; the rest of the
+``harness.worker.inputs`` hands a case with ``spec`` here; the rest of the
 worker (launch, checks, digest, repeats) reads the ``CaseInputs`` it returns as it reads a
 builtin op's.  The golden process calls ``golden_for(case)``: a ``Golden`` the golden cache
 keys and stores as it does a builtin op's (``goldens/cache.py``).
@@ -17,6 +17,7 @@ from harness.case import Case
 from harness.goldens.cache import Golden
 from harness.intermediates.spec import declares_dump
 from harness.worker import spec_module
+from harness.worker.case_inputs import CaseInputs
 from harness.worker.input_digest import digest_inputs
 from harness.worker.input_guard import bits
 from harness.worker.spec_module import SpecError
@@ -51,8 +52,6 @@ def _table_diff(was: list, now: list) -> str:
 def generate(case: Case, device: torch.device):
     """The ``CaseInputs`` of a spec case: inputs and scalars in ``args`` (inputs on ``device``),
     outputs as (shape, dtype) and, in ``initial``, as the spec initialises them (on the host)."""
-    from harness.worker.inputs import CaseInputs
-
     module, entries, values = _created(case)
     op = case.op_spec
     args: dict[str, Any] = {}

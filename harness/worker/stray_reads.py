@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.worker.inputs import CANARY_VALUE_MIN, CaseInputs
+from harness.worker.case_inputs import CaseInputs
+from harness.packs.qwen3.inputs import CANARY_VALUE_MIN
 
 _LISTED = 2                 # output rows examined and named
 _MATCH = 1 / 32             # |out - canary row| / |canary row|: a bf16 rounding or two of one dominant row

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.worker.inputs import CaseInputs
+from harness.worker.case_inputs import CaseInputs
 
 ATTENDING_OPS = ("paged_decode_attention", "fused_rope_decode_attention", "decode_layers", "prefill_attention")
 _LAYER_WEIGHTS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")

@@ -15,7 +15,8 @@ from harness.case import ATTENTION_SPREADS, PRESETS, Case, SeqLens, SlotMode
 from harness.casefiles import load_paths
 from harness.casefiles.values import CaseFileError
 from harness.kernels.reference import apply_rope, qk_norm, rope_rows
-from harness.worker.inputs import CANARY_VALUE_MIN, generate
+from harness.worker.inputs import generate
+from harness.packs.qwen3.inputs import CANARY_VALUE_MIN
 
 from helpers import case_runner, outside_kernels_on_path, write_case_file
 

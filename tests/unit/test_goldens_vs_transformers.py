@@ -28,7 +28,8 @@ from harness.case import Case, Geometry, SeqLens, SlotMode
 from harness.goldens import common
 from harness.goldens import decode_layers as layers_golden
 from harness.goldens import prefill_attention as prefill_golden
-from harness.worker.inputs import generate, rope_tables
+from harness.worker.inputs import generate
+from harness.packs.qwen3.inputs import rope_tables
 
 F32 = torch.float32
 # max |ours - transformers| / max |transformers| per output: fp32 summation order only.

@@ -309,7 +309,7 @@ def test_layered_caches_hold_context_in_every_layer():
 def test_the_canary_repeats_its_period_from_the_element_it_starts_at(first, count):
     # the bug this exists for: a window copied from the wrong phase (the canary shifted
     # within a run, so one run's bytes depend on where another run ended)
-    from harness.worker import inputs as inputs_module
+    from harness.packs.qwen3 import inputs as inputs_module
     period = torch.arange(inputs_module._CANARY_PERIOD, dtype=torch.float32)
     target = torch.full((count,), -1.0)
     inputs_module._tile_canary(target, first, period.repeat(inputs_module._CANARY_REPEATS))

@@ -12,8 +12,9 @@ import math
 import pytest
 import torch
 
-from harness.worker import counter_rng, inputs
-from harness.worker.inputs import _context_runs, _draw_leaned, _key_extra, _pair
+from harness.worker import counter_rng
+from harness.packs.qwen3 import inputs
+from harness.packs.qwen3.inputs import _context_runs, _draw_leaned, _key_extra, _pair
 
 P, HEADS, D = 16, 2, 8
 ROW = HEADS * D

@@ -93,7 +93,7 @@ def test_plan_is_not_below_the_measured_peak_nor_twice_above_it(tmp_path, op, se
 
 
 def test_the_planned_parts_are_the_buffers_the_worker_allocates():
-    """inputs, caches, outputs: exactly the tensors harness/worker/inputs.py generates."""
+    """inputs, caches, outputs: exactly the tensors the pack's generator makes."""
     from harness.worker import inputs
     case = _case("fused_rope_decode_attention", 100, num_heads=8, num_kv_heads=2, head_dim=64)
     ci = inputs.generate(case)

@@ -75,4 +75,5 @@ PACK = Pack(
                              intermediate_tolerance="next_hidden", write_condition=_B_WRITTEN, layered=True),
     },
     kernels=KERNELS,
+    inputs="harness.packs.qwen3.inputs",
 )
