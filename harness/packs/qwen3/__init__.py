@@ -9,7 +9,7 @@ folders of the repository they have always had.
 from __future__ import annotations
 
 from harness.packs.api import OpEntry, Pack
-from harness.packs.qwen3 import intermediates
+from harness.packs.qwen3 import intermediates, memory
 from harness.packs.qwen3.contracts import LAYOUTS, OPS
 from harness.packs.qwen3.tolerances import PRECISION_TOLERANCES, TOLERANCES
 
@@ -75,4 +75,5 @@ PACK = Pack(
                              intermediate_tolerance="next_hidden", write_condition=_B_WRITTEN, layered=True),
     },
     kernels=KERNELS,
+    memory_plan=memory.plan,
 )
