@@ -6,15 +6,19 @@ is scheduled on cannot hold, before a worker allocates a byte.  The parts follow
 worker does with one case:
 
   inputs       read-only arguments, generated on the case's device (``harness/worker/inputs.py``)
-  caches       the paged KV caches in their pre-launch state, generated there too
+  caches       the caches in their pre-launch state, generated there too
   outputs      the poisoned output buffers
   guard_bands  the bands around every writable buffer (``harness/worker/launch.py``)
   pristine     the input guard's copy of every read-only input (``harness/worker/input_guard.py``)
   golden       the golden's results (with their ``@exact`` twins and the golden cache's copy),
-               computed on the host in fp32 or fp64 (``goldens/``), and its peak working set
+               computed on the host in fp32 or fp64, and its peak working set
   generation   the biggest transient of input generation (a weight drawn in fp32, then rounded)
   checks       the biggest transient of the checks (which cache rows changed: one bool per
                element of one layer's cache, compared a layer at a time)
+
+A builtin op's plan is its pack's (``Pack.memory_plan``, the golden's parts being what only
+the pack knows); a pack that declares none gets ``contract_plan``, read from the op's
+contract alone.  A spec op's plan is read from its table (``_spec_plan``).
 
 What a worker keeps between repeats of a case, to restore instead of generating again, is
 ``kept_bytes``; ``keep_fits`` says whether it may keep it.
@@ -32,9 +36,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from harness import packs
 from harness.case import Case
 from harness.devices import Device, Memory
-from harness.ops import OPS, OpSpec, resolve_shape
+from harness.ops import OPS, resolve_shape
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "int32": 4}
 GOLDEN_DTYPE_BYTES = {"fp32": 4, "fp64": 8}
@@ -42,17 +47,11 @@ GOLDEN_DTYPE_BYTES = {"fp32": 4, "fp64": 8}
 SPEC_DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4, "int16": 2,
                     "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
                     "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "int": 8, "float": 8}
-# The goldens' block sizes (goldens/common.py QUERY_BLOCK, goldens/decode_layers.py LM_HEAD_ROWS),
-# restated here because the goldens import torch; a unit test holds them equal.
-GOLDEN_QUERY_BLOCK = 256
-GOLDEN_LM_HEAD_ROWS = 16384
 # launch.py's smallest guard band, each side of every writable buffer.
 MIN_GUARD_BYTES = 4096
 # What the allocator itself moves a case's peak by between runs (measured: 50.3-51.0 MB for one
-# decode_layers case of 51 MB planned): a plan that is an upper bound must include it.
+# layered case of 51 MB planned): a plan that is an upper bound must include it.
 ALLOCATOR_SLACK = 2 << 20
-# Ops whose golden also returns the ``@exact`` reading (goldens' ROUNDING_CHANGES).
-_EXACT_TWIN = {"fused_rope_decode_attention", "prefill_attention", "decode_layers"}
 
 
 @dataclass(frozen=True)
@@ -130,18 +129,36 @@ class MemoryPlan:
 
 
 def rows_bound(case: Case) -> int:
-    """Rows one launch writes: ``B`` for decode ops, an upper bound on prefill's ``T`` (every
-    sequence at its longest chunk)."""
-    longest = case.seq_lens.max_len(case.geometry.page_size)
-    if case.op != "prefill_attention":
+    """Rows one launch writes: the batch, or for an op whose rows belong to sequences
+    (``OpEntry.rows_by_sequence``) an upper bound on them (every sequence at its longest chunk)."""
+    if not packs.entry(case.op).rows_by_sequence:
         return case.geometry.batch
+    longest = case.seq_lens.max_len(case.geometry.page_size)
     return case.geometry.batch * min(case.chunk_size or longest, longest)
 
 
 def plan(case: Case, golden_dtype: str = "fp32") -> MemoryPlan:
-    """The memory plan of ``case`` (its op from ``harness/ops.py``), its golden in ``golden_dtype``."""
+    """The memory plan of ``case``, its golden in ``golden_dtype``: a spec op's from its table, a
+    builtin op's from its pack (``Pack.memory_plan``), else from its contract (``contract_plan``)."""
     if case.spec is not None:
         return _spec_plan(case)
+    own = packs.pack_of(case.op).memory_plan
+    return own(case, golden_dtype) if own is not None else contract_plan(case, golden_dtype)
+
+
+def golden_bytes(golden_dtype: str) -> int:
+    """Bytes of one golden element; a dtype the plan does not know: the widest, never low."""
+    return GOLDEN_DTYPE_BYTES.get(golden_dtype, 8)
+
+
+def contract_plan(case: Case, golden_dtype: str = "fp32") -> MemoryPlan:
+    """A builtin op's plan from its contract (``harness/ops.py``) alone, its shapes resolved with
+    ``rows_bound``: the inputs, caches and outputs in their dtypes, their guard bands, the pristine
+    copy, generation and the checks, as the worker sizes them for any op.  What only the op's golden
+    knows is bounded from above: it returns every output and every cache whole, each with an
+    ``@exact`` twin, and the golden cache keeps a copy (``golden``); it works on every input and
+    cache upcast (``golden_working``).  A pack that knows better declares ``Pack.memory_plan``
+    (typically this plan with those two parts replaced)."""
     op = OPS[case.op]
     sizes = case.sizes(rows_bound(case))
 
@@ -149,15 +166,15 @@ def plan(case: Case, golden_dtype: str = "fp32") -> MemoryPlan:
         return math.prod(resolve_shape(arg.shape, sizes))
 
     inputs = sum(numel(a) * DTYPE_BYTES[a.dtype] for a in op.by_role("input"))
-    g = GOLDEN_DTYPE_BYTES.get(golden_dtype, 8)      # one the plan does not know: the widest, never low
+    g = golden_bytes(golden_dtype)
     return MemoryPlan(
         inputs=inputs,
         caches=sum(numel(a) * DTYPE_BYTES[a.dtype] for a in op.caches),
         outputs=sum(numel(a) * DTYPE_BYTES[a.dtype] for a in op.outputs),
         guard_bands=2 * sum(_guard_bytes(a, sizes) for a in op.caches + op.outputs),
         pristine=inputs,
-        golden=_golden_results(case, op, sizes, g),
-        golden_working=_golden_working(case, sizes, g),
+        golden=2 * 2 * g * sum(numel(a) for a in op.outputs + op.caches),
+        golden_working=g * sum(numel(a) for a in op.by_role("input") + op.caches),
         generation=4 * max((numel(a) for a in op.by_role("input")), default=0),   # drawn in fp32
         checks=max((numel(a) // _layers(a, sizes) for a in op.caches), default=0),   # one bool per element
         golden_intermediates=_golden_intermediates(case, sizes, g),
@@ -204,43 +221,6 @@ def _guard_bytes(arg, sizes: dict[str, int]) -> int:
     if arg.role != "cache":
         return MIN_GUARD_BYTES
     return max(MIN_GUARD_BYTES, math.prod(resolve_shape(arg.shape, sizes)[-3:]) * DTYPE_BYTES[arg.dtype])
-
-
-def _golden_results(case: Case, op: OpSpec, s: dict[str, int], g: int) -> int:
-    """Every output in the golden dtype, the k/v rows the op writes, the ``@exact`` twins, and
-    the copy the golden cache keeps in memory."""
-    results = sum(math.prod(resolve_shape(a.shape, s)) for a in op.outputs) * g
-    if op.writes_cache:
-        written = s["L"] * s["B"] if case.op == "decode_layers" else rows_bound(case)
-        results += 2 * written * s["Hkv"] * s["D"] * g
-    if case.op in _EXACT_TWIN:
-        results *= 2
-    return 2 * results
-
-
-def _golden_working(case: Case, s: dict[str, int], g: int) -> int:
-    """The golden's peak temporaries (goldens/), ``g`` bytes per element.
-
-    The prologue holds q, k, v and their normed and rotated forms (prefill: one sequence's
-    chunk at a time); attention gathers one sequence's keys and values (bf16, upcast, joined
-    with the fresh row) and holds two score matrices at once (each step makes the next);
-    ``decode_layers`` upcasts every layer weight once, the LM head a block of rows at a time,
-    and holds the MLP's activations.
-    """
-    Hq, Hkv, D, B = s["Hq"], s["Hkv"], s["D"], s["B"]
-    heads = Hq + 2 * Hkv
-    rows = rows_bound(case) // B if case.op == "prefill_attention" else B
-    context = case.max_pos
-    queries = min(GOLDEN_QUERY_BLOCK, rows) if case.op == "prefill_attention" else 1
-    working = (rows * (3 * heads * D + 2 * D) * g
-               + 2 * context * Hkv * D * (2 + 2 * g)
-               + queries * context * (2 * Hq * g + 1))
-    if case.op == "decode_layers":
-        H, inter, V = s["H"], s["I"], s["V"]
-        weights = (H * heads * D + Hq * D * H + 3 * H * inter + 5 * H) * g
-        lm_head = min(V, GOLDEN_LM_HEAD_ROWS) * H * g + 2 * B * V * g
-        working += weights + lm_head + B * (3 * inter + 4 * H) * g
-    return working
 
 
 def human_bytes(n: int) -> str:

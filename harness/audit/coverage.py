@@ -4,12 +4,16 @@ Lengths drawn from the seed (``uniform``, and ``multi_block`` with fewer rows th
 boundary shapes) are not credited: which ones a case gets is known only when its
 inputs are generated, and an audit that claims a condition on a chance draw
 would hide the gap it exists to show.
+
+The conditions are the op packs' (``Pack.conditions``): a matrix is held to those of the packs
+its cases' ops come from, in the packs' order.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from harness import packs
 from harness.case import Case, multi_block_lengths
 
 
@@ -50,14 +54,10 @@ def shortest_length(case: Case) -> int:
 
 
 def rows(case: Case) -> int | None:
-    """Rows one launch writes (``T`` of prefill), None when it depends on drawn lengths."""
-    if case.op != "prefill_attention":
-        return case.geometry.batch
-    lengths = known_lengths(case)
-    if not lengths or case.seq_lens.kind == "multi_block":
-        return None
-    per_row = list(lengths) * (case.geometry.batch // len(lengths) or 1)
-    return sum(min(case.chunk_size or n, n) for n in per_row[: case.geometry.batch])
+    """Rows one launch writes, as its pack counts them (``Pack.rows``; None when it depends on drawn
+    lengths); a pack that declares no count, or a spec op: the batch."""
+    count = packs.pack_of(case.op).rows if case.spec is None and packs.find(case.op) else None
+    return count(case) if count is not None else case.geometry.batch
 
 
 def has_negative_slot(case: Case) -> bool:
@@ -82,47 +82,25 @@ def has_valid_slot(case: Case) -> bool:
     return True
 
 
-def _residues(case: Case) -> set[int]:
-    P = case.geometry.page_size
-    return {n % P for n in known_lengths(case)}
+def conditions() -> tuple[tuple[str, str, Callable[[Case], bool]], ...]:
+    """Every pack's boundary conditions, ``(name, text, test)``, in the packs' order."""
+    return tuple(c for pack in packs.packs() for c in pack.conditions)
 
 
-def _conditions() -> list[tuple[str, str, Callable[[Case], bool]]]:
-    def mod(r: Callable[[int], int]) -> Callable[[Case], bool]:
-        return lambda c: r(c.geometry.page_size) % c.geometry.page_size in _residues(c)
-
-    return [
-        ("slot_negative", "rows with slot < 0", has_negative_slot),
-        ("warmup_const_minus_one", "serving warmup: slot_mode const(-1)",
-         lambda c: c.slot_mode.kind == "const" and int(c.slot_mode.value) == -1),
-        ("page_boundary_0", "a sequence ending on a page boundary (seq_len mod P = 0)", mod(lambda p: 0)),
-        ("page_boundary_1", "a sequence one token into a page (seq_len mod P = 1)", mod(lambda p: 1)),
-        ("page_boundary_p_minus_1", "a sequence one token short of a page (seq_len mod P = P-1)",
-         mod(lambda p: p - 1)),
-        ("seq_len_1", "a sequence of length 1", lambda c: 1 in known_lengths(c)),
-        ("largest_position", "a sequence filling its block table (position max_pos - 1)",
-         lambda c: c.max_pos in known_lengths(c)),
-        ("partial_last_page", "a sequence whose last page is partly filled",
-         lambda c: any(n % c.geometry.page_size for n in known_lengths(c))),
-        ("random_page_order", "pages in a random order (slot_mode random)", lambda c: c.slot_mode.kind == "random"),
-        ("gqa_group", "GQA: more than one query head per kv head", lambda c: c.geometry.group > 1),
-        ("several_layers", "decode_layers with more than one layer",
-         lambda c: c.op == "decode_layers" and c.geometry.num_layers > 1),
-        ("chunked_prefill_with_context", "prefill of a chunk after context already in the cache",
-         lambda c: c.op == "prefill_attention" and c.chunk_size is not None
-         and shortest_length(c) > c.chunk_size),
-    ]
-
-
-CONDITION_NAMES = tuple(name for name, _, _ in _conditions())
+def __getattr__(name: str):
+    """``CONDITION_NAMES``, read from the packs when first asked (a pack imports the helpers here)."""
+    if name == "CONDITION_NAMES":
+        return tuple(name for name, _, _ in conditions())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def coverage(cases: Sequence[Case]) -> tuple[Condition, ...]:
-    """Every boundary condition with the ids of the cases that exercise it (none: missed).  They
-    are the builtin ops' (slots, pages, lengths): a spec op has none of them, so a matrix of spec
+    """Every boundary condition of the packs the cases' ops come from, with the ids of the cases of
+    that pack that exercise it (none: missed).  A spec op has none of them, so a matrix of spec
     ops only has no conditions to miss, and its spec cases are not counted against any."""
-    builtin = [c for c in cases if c.spec is None]
-    if not builtin:
-        return ()
-    return tuple(Condition(name, text, tuple(c.case_id for c in builtin if test(c)))
-                 for name, text, test in _conditions())
+    by_pack: dict[str, list[Case]] = {}
+    for c in cases:
+        if c.spec is None:
+            by_pack.setdefault(packs.pack_of(c.op).name, []).append(c)
+    return tuple(Condition(name, text, tuple(c.case_id for c in by_pack[pack.name] if test(c)))
+                 for pack in packs.packs() if pack.name in by_pack for name, text, test in pack.conditions)

@@ -1,5 +1,9 @@
 """The mutation operators as data: name, the bug class, the ops each applies to.
 
+The core holds the generic ones, which apply to every op of every pack (and to spec ops);
+each op pack declares those that only its ops can show (``Pack.operators``).  ``OPERATORS``
+is all of them, in the order their ``position`` gives (``harness/packs/``, loaded on first use).
+
 The operators themselves run in the device worker (``harness.kernels.mutants.operators``);
 the front end only picks the cases each applies to and names the kernel that wraps the
 case's own.  Output-side operators wrap any kernel; ``internal`` ones act inside the
@@ -13,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from harness import packs
 from harness.case import Case
 from harness.errors import UsageError
 
@@ -29,13 +34,6 @@ SPEC_WRAPPER = WRAPPER + ":spec_op"     # a spec op's kernel is one callable, wh
 REFERENCE = "reference"
 HEAD_PERTURBED = "head_perturbed"      # the operator whose delta the sensitivity search sets
 
-_ALL = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention", "prefill_attention",
-        "decode_layers")
-_WRITERS = ("rope_kv_write", "fused_rope_decode_attention", "prefill_attention", "decode_layers")
-_ROPE = ("rope_kv_write", "fused_rope_decode_attention", "prefill_attention", "decode_layers")
-_ATTENTION = _ALL[1:]
-
-
 class OperatorError(UsageError):
     """``--mutants`` names an operator that does not exist."""
 
@@ -44,7 +42,7 @@ class OperatorError(UsageError):
 class Operator:
     name: str
     bug: str                            # the bug class, in words
-    ops: tuple[str, ...]                # the ops it applies to
+    ops: tuple[str, ...] | None         # the ops it applies to; None: every op of every pack
     internal: bool = False              # acts inside the computation: reference kernel only
     needs_negative_slot: bool = False   # only a row with slot < 0 can show it
     needs_valid_slot: bool = False      # only a row with slot >= 0 can show it
@@ -53,12 +51,15 @@ class Operator:
     needs_float: bool = False           # acts on values: a spec op needs a floating output
     needs_input: bool = False           # writes an input: a spec op needs an input tensor
     needs_two_rows: bool = False        # only an output of two rows or more can show it
+    # where it stands in OPERATORS (ties: the core's, then each pack's in its order): the core's
+    # generic ones stand at 10-50, a pack's at 100 unless it places one among them
+    position: int = 100
 
     def applies_to(self, case: Case) -> bool:
         if case.spec is not None:
             return self.generic and (not self.needs_float or bool(value_outputs(case))) and \
                 (not self.needs_input or bool(case.op_spec.by_role("input")))
-        return case.op in self.ops and (not self.internal or case.kernel == REFERENCE)
+        return (self.ops is None or case.op in self.ops) and (not self.internal or case.kernel == REFERENCE)
 
 
 def _floating(dtype: str) -> bool:
@@ -90,49 +91,51 @@ def target_input(case: Case) -> str:
     return case.op_spec.by_role("input")[0].name
 
 
-OPERATORS: tuple[Operator, ...] = (
-    Operator("out_is_query", "the attention output filled with the rotated query",
-             ("paged_decode_attention", "fused_rope_decode_attention"), perturbs_value=True),
-    Operator("half_written", "half of one output left as the kernel found it", _ALL, generic=True),
-    Operator("nan_element", "one output element NaN", _ALL, generic=True, needs_float=True),
-    Operator("head_perturbed", "one head (or one block of a row) of one output scaled by (1 + delta)", _ALL,
-             perturbs_value=True, generic=True, needs_float=True),
-    Operator("input_clobber", "an input tensor overwritten after the launch", _ALL, generic=True, needs_input=True),
-    # spec ops only: a builtin op's rows are the cache's (skip_cache_write) or may be padding
+# The core's operators: they act on any op's outputs and inputs, whatever its pack.
+GENERIC: tuple[Operator, ...] = (
+    Operator("half_written", "half of one output left as the kernel found it", None, generic=True, position=10),
+    Operator("nan_element", "one output element NaN", None, generic=True, needs_float=True, position=20),
+    Operator("head_perturbed", "one head (or one block of a row) of one output scaled by (1 + delta)", None,
+             perturbs_value=True, generic=True, needs_float=True, position=30),
+    Operator("input_clobber", "an input tensor overwritten after the launch", None, generic=True, needs_input=True,
+             position=40),
+    # spec ops only: a builtin op's rows may be a cache's or padding
     Operator("row_dropped", "one row of one output dropped: its last row holds the row before it", (),
-             generic=True, needs_two_rows=True),
-    Operator("slot_minus_one_write", "k/v written for a row whose slot < 0, before the cache (raw offset)",
-             _WRITERS, needs_negative_slot=True),
-    Operator("neighbor_slot_write", "a valid row's k/v also written to the next slot", _WRITERS,
-             needs_valid_slot=True),
-    Operator("skip_cache_write", "one valid row's cache write dropped", _WRITERS, needs_valid_slot=True),
-    Operator("stale_current_token", "attention reads the current token's old cache row", _ROPE[1:],
-             internal=True),
-    Operator("off_by_one_page", "one sequence's last cached page read from the page after it", _ROPE[1:],
-             internal=True),
-    Operator("one_key_too_few", "attention skips each sequence's last cached key", _ATTENTION, internal=True),
-    Operator("one_key_too_many", "attention reads one position past each sequence's cached keys", _ATTENTION,
-             internal=True),
-    Operator("unmasked_tail", "attention reads each sequence's last cached page whole, past its length",
-             _ATTENTION, internal=True),
-    Operator("block_too_many", "attention reads one block past each sequence's last (a -1 entry as an index)",
-             _ATTENTION, internal=True),
-    Operator("gptj_rope", "GPT-J (interleaved) RoPE instead of NeoX rotate-half", _ROPE, internal=True),
-    Operator("skip_rope", "no RoPE on q and k", _ROPE, internal=True),
+             generic=True, needs_two_rows=True, position=50),
 )
-BY_NAME = {o.name: o for o in OPERATORS}
+
+
+def operators() -> tuple[Operator, ...]:
+    """Every operator, the core's and every pack's, in the order of their ``position``."""
+    found = GENERIC + tuple(o for pack in packs.packs() for o in pack.operators)
+    return tuple(sorted(found, key=lambda o: o.position))
+
+
+def by_name() -> dict[str, Operator]:
+    return {o.name: o for o in operators()}
+
+
+def __getattr__(name: str):
+    """``OPERATORS`` and ``BY_NAME``, read from the packs when first asked (not at import: a pack
+    imports ``Operator`` from here)."""
+    if name == "OPERATORS":
+        return operators()
+    if name == "BY_NAME":
+        return by_name()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def parse_mutants(text: str | None) -> tuple[Operator, ...]:
     """``--mutants a,b``: those operators in the order given; None: every operator."""
     if not text:
-        return OPERATORS
+        return operators()
+    known = by_name()
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BY_NAME]
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise OperatorError(f"--mutants {text!r}: no operator {', '.join(unknown) or '(empty)'} "
-                            f"(operators: {', '.join(BY_NAME)})")
-    return tuple(BY_NAME[n] for n in dict.fromkeys(names))
+                            f"(operators: {', '.join(known)})")
+    return tuple(known[n] for n in dict.fromkeys(names))
 
 
 def mutated(case: Case, operator: Operator, delta: float | None = None, shape: str = "head",

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from harness import packs
 from harness.case import DEFAULT_ATTENTION, DEFAULT_DTYPE, DEFAULT_PRECISION, GEOMETRY_FIELDS, PRESETS, Case, Geometry, SeqLens, SlotMode, Tolerance, default_tolerance
 from harness.casefiles.bounds import MAX_CASE_BYTES, case_bytes, host_total, machine_bound
 from harness.casefiles.ids import case_id_of, id_text, refuse_identical_cases, stem_name
@@ -197,6 +198,11 @@ def _blame(draft: _Draft, *keys: str) -> Where:
     return draft.origin
 
 
+def _op_keys() -> tuple[str, ...]:
+    """The case-file keys some op takes as its own (``OpEntry.case_keys``), in the packs' order."""
+    return tuple(dict.fromkeys(key for e in packs.ops().values() for key in e.case_keys))
+
+
 def _build_case(spec: _Spec, draft: _Draft) -> Case:
     values = draft.values
     in_case = f" (case {draft.case_id})"
@@ -231,9 +237,13 @@ def _build_case(spec: _Spec, draft: _Draft) -> Case:
                    "seq_lens", "batch")
     slot_mode: SlotMode = get("slot_mode", SlotMode("arange"))
 
+    entry = packs.entry(op)
+    for key in _op_keys():      # a key some op declares its own (OpEntry.case_keys), given to another
+        if key in values and values[key].parsed is not None and key not in entry.case_keys:
+            takers = [name for name, e in packs.ops().items() if key in e.case_keys]
+            raise fail(f"{key} applies to op{'s' if len(takers) > 1 else ''} {', '.join(takers)} only, "
+                       f"not {op}", key)
     chunk_size = get("chunk_size")
-    if chunk_size is not None and op != "prefill_attention":
-        raise fail(f"chunk_size applies to op prefill_attention only, not {op}", "chunk_size")
 
     spec_ops = OPS[op]
     precision = get("precision", DEFAULT_PRECISION)
@@ -265,9 +275,10 @@ def _build_case(spec: _Spec, draft: _Draft) -> Case:
     pages = case.num_pages
     slots = pages * g.page_size
     writes = spec_ops.writes_cache
-    # The most rows one launch writes: batch rows, or for prefill every token of the chunks.
+    # The most rows one launch writes: batch rows, or for an op whose rows belong to sequences
+    # every token of the chunks.
     longest_chunk = min(chunk_size or seq_lens.max_len(g.page_size), seq_lens.max_len(g.page_size))
-    rows_per_seq = longest_chunk if op == "prefill_attention" else 1
+    rows_per_seq = longest_chunk if entry.rows_by_sequence else 1
     if slot_mode.kind == "const" and slot_mode.value >= 0:
         if writes and g.batch * rows_per_seq > 1:
             raise fail(f"slot_mode {slot_mode} writes up to {g.batch * rows_per_seq} rows to the same slot "

@@ -111,7 +111,7 @@ def detail(result: Result) -> Detail | None:
     """What a cell says about one failure, from the fields the result already carries.
 
     Check failures: the failing buffer with the largest bad fraction (``out 99.8% bad``);
-    a guard band: the buffer and where (``k_cache 64 before the start``); an argmax flip:
+    a guard band: the buffer and where (``cache 64 before the start``); an argmax flip:
     the rows; faults: the reporting core (``fftsplus aicore core 9``), else the root
     cause, else the code's name (``ACL_ERROR_RT_AICORE_EXCEPTION``), the signal of a
     crash, the bytes an OOM asked for; a hang: its timeout and what the log showed; a build

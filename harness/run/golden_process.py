@@ -46,7 +46,7 @@ from harness.run.spawn import (STARTUP_ATTEMPTS, ForkedProc, WorkerOptions, Work
 from harness.worker import protocol
 
 SPEC_PATH_VAR = "HARNESS_SPEC_PATH"
-GOLDEN_TIMEOUT_S = 600.0      # the least a golden gets (a qwen3-14b decode_layers golden takes minutes)
+GOLDEN_TIMEOUT_S = 600.0      # the least a golden gets (the largest golden, a whole model stack, takes minutes)
 _NAME = "golden"
 
 

@@ -15,11 +15,9 @@ import pytest
 
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device, Memory, host_memory, memory_probe_main
-from harness.memory_plan import (
-    DTYPE_BYTES, GOLDEN_LM_HEAD_ROWS, GOLDEN_QUERY_BLOCK, MIN_GUARD_BYTES, _EXACT_TWIN, fit_problem, human_bytes,
-    plan,
-)
+from harness.memory_plan import DTYPE_BYTES, MIN_GUARD_BYTES, fit_problem, human_bytes, plan
 from harness.ops import OPS
+from harness.packs.qwen3.memory import GOLDEN_LM_HEAD_ROWS, GOLDEN_QUERY_BLOCK, _EXACT_TWIN
 from harness.run import engine as engine_module
 from harness.run.engine import Engine, RunOptions
 from harness.run.spawn import WorkerOptions
@@ -254,3 +252,19 @@ def test_harness_ops_prints_the_plan_when_sequences_are_sized(capsys):
     assert "memory plan: 782 GB on cpu; on an accelerator 695 GB on the device and 393 GB on the host" in out   # 393: with the golden intermediates (docs/intermediates.md)
     assert main(["ops", "decode_layers", "--geometry", "qwen3-14b"]) == 0
     assert "memory plan" not in capsys.readouterr().out
+
+
+def test_a_pack_without_a_memory_plan_gets_the_one_its_contract_gives(monkeypatch):
+    """A pack that declares no ``memory_plan`` gets ``contract_plan``: the same parts the worker
+    sizes for any op, the golden's share bounded from above."""
+    from harness import memory_plan, packs
+    case = _case("decode_layers", 37)
+    own = plan(case)
+    pack = packs.pack_of(case.op)
+    monkeypatch.setattr(memory_plan.packs, "pack_of", lambda op: dataclasses.replace(pack, memory_plan=None))
+    generic = plan(case)
+    assert generic == memory_plan.contract_plan(case)
+    for part in ("inputs", "caches", "outputs", "guard_bands", "pristine", "generation", "checks",
+                 "golden_intermediates"):
+        assert getattr(generic, part) == getattr(own, part), part
+    assert generic.golden >= own.golden

@@ -9,7 +9,7 @@ folders of the repository they have always had.
 from __future__ import annotations
 
 from harness.packs.api import OpEntry, Pack
-from harness.packs.qwen3 import intermediates
+from harness.packs.qwen3 import audit, intermediates, memory
 from harness.packs.qwen3.contracts import LAYOUTS, OPS
 from harness.packs.qwen3.tolerances import PRECISION_TOLERANCES, TOLERANCES
 
@@ -76,4 +76,8 @@ PACK = Pack(
     },
     kernels=KERNELS,
     inputs="harness.packs.qwen3.inputs",
+    memory_plan=memory.plan,
+    operators=audit.OPERATORS,
+    conditions=audit.CONDITIONS,
+    rows=audit.rows,
 )
