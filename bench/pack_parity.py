@@ -1,13 +1,13 @@
 """What every builtin case of the shipped matrix (cases/) and the bug-class matrix
-(ci/bug-classes.yaml) generates, written down so a move of op knowledge between core and pack
+(ci/bug-classes.yaml), and of the variations in tests/unit/data/parity_*.yaml, generates, written down so a move of op knowledge between core and pack
 can be checked for changing nothing (issue 36): per case id, its inputs' digest (the bytes the
 kernel and the golden get), the golden cache key, and the golden's own digest.
 
-    python bench/pack_parity.py --write tests/unit/data/pack_parity.json   # record
+    python bench/pack_parity.py --write tests/unit/data/pack_parity.json   # record (inputs, keys, goldens)
     python bench/pack_parity.py --check tests/unit/data/pack_parity.json   # compare (exit 1 on a difference)
 
-``tests/unit/test_pack_parity.py`` runs the comparison on the inputs and keys (the goldens'
-values are recomputed here only: a minute of CPU).
+``tests/unit/test_pack_parity.py`` runs the comparison on the small cases' inputs and keys; the
+goldens' values and the large cases are compared here only (minutes of CPU).
 """
 from __future__ import annotations
 
@@ -27,13 +27,16 @@ from harness.goldens.cache import GoldenCache  # noqa: E402
 from harness.worker.input_digest import digest_inputs  # noqa: E402
 from harness.worker.inputs import generate  # noqa: E402
 
-MATRICES = (ROOT / "cases", ROOT / "ci" / "bug-classes.yaml")
+MATRICES = (ROOT / "cases", ROOT / "ci" / "bug-classes.yaml", *sorted((ROOT / "tests" / "unit" / "data").glob("parity_*.yaml")))
+SMALL_BYTES = 64 << 20      # --small: the cases whose memory plan is under this (the unit test's share)
 
 
-def builtin_cases():
-    """Every case of the matrices whose op a pack declares (spec and command cases have their own keys)."""
+def builtin_cases(small: bool = False):
+    """Every case of the matrices whose op a pack declares (spec and command cases have their own
+    keys); ``small``: only those a unit test can generate in a moment."""
+    from harness.memory_plan import plan
     for case in load_paths([str(p) for p in MATRICES]):
-        if case.spec is None and case.command is None:
+        if case.spec is None and case.command is None and (not small or plan(case).total < SMALL_BYTES):
             yield case
 
 
@@ -51,8 +54,8 @@ def record(case, goldens: bool) -> dict:
     return entry
 
 
-def snapshot(goldens: bool = False) -> dict[str, dict]:
-    return {case.case_id: record(case, goldens) for case in builtin_cases()}
+def snapshot(goldens: bool = False, small: bool = False) -> dict[str, dict]:
+    return {case.case_id: record(case, goldens) for case in builtin_cases(small)}
 
 
 def differences(was: dict, now: dict) -> list[str]:

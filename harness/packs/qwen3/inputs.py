@@ -25,11 +25,9 @@ value: one stray read moves the output far beyond the tolerance.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy
@@ -76,10 +74,20 @@ _COLD_CANARY_OPS = ("decode_layers",)
 CANARY_VALUE_MIN = 16.0     # every hot canary value has |x| >= this; every real value is below 6.7
 
 
+# The generator's version, in every golden cache key (``input_spec``'s ``generator``): it names the
+# bytes the generator draws for a case, so a change to what it generates must change it.
+# tests/unit/test_pack_parity.py pins the inputs of the shipped and bug-class cases (and a spread of
+# dtypes, attention and slot modes) to it: a change that moves a byte fails there until the version
+# is changed and the record rewritten (bench/pack_parity.py --write).  A version declared, not the
+# module's source hash, so moving or rewording the generator does not throw away every cache.  Its
+# value is the source hash the generator had when the version was declared (it was
+# harness/worker/inputs.py), so caches filled before keep serving.  counter_rng.VERSION names the draws.
+GENERATOR_VERSION = "f9baa67f31da56fe"
+
+
 def source_hash() -> str:
-    """Changes with this module or the draws it makes, so the golden cache keys follow both."""
-    sources = (Path(__file__), Path(counter_rng.__file__))
-    return hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
+    """What the golden cache keys this generator by: its declared version."""
+    return GENERATOR_VERSION
 
 
 def input_spec(case: Case) -> dict[str, Any]:
