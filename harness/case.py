@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,20 +35,37 @@ class Geometry:
 
 GEOMETRY_FIELDS = tuple(f for f in Geometry.__dataclass_fields__)
 
-PRESETS: dict[str, Geometry] = {
-    "qwen3-14b": Geometry(
-        batch=16, num_heads=40, num_kv_heads=8, head_dim=128, page_size=128,
-        hidden=5120, intermediate=17408, vocab=151936, num_layers=40,
-        rope_theta=1_000_000.0, eps=1e-6,
-    ),
-    # CI-sized: every structural feature of the real one (GQA group > 1, several
-    # pages per sequence, head_dim with a real rotate-half split), CPU-cheap.
-    "tiny": Geometry(
-        batch=4, num_heads=4, num_kv_heads=2, head_dim=32, page_size=16,
-        hidden=128, intermediate=256, vocab=512, num_layers=1,
-        rope_theta=1_000_000.0, eps=1e-6,
-    ),
-}
+# CI-sized: every structural feature of a real decoder (GQA group > 1, several pages per
+# sequence, head_dim with a real rotate-half split), CPU-cheap.  A model's own sizes are its
+# pack's presets (``Pack.presets``: the Qwen3 pack's ``qwen3-14b``).
+TINY = Geometry(
+    batch=4, num_heads=4, num_kv_heads=2, head_dim=32, page_size=16,
+    hidden=128, intermediate=256, vocab=512, num_layers=1,
+    rope_theta=1_000_000.0, eps=1e-6,
+)
+
+
+class _Presets(Mapping):
+    """Geometry presets a case file may name: every pack's, then ``tiny`` (read on each access)."""
+
+    def _table(self) -> dict[str, Geometry]:
+        from harness import packs
+        table: dict[str, Geometry] = {}
+        for pack in packs.packs():
+            table.update(pack.presets)
+        return {**table, "tiny": TINY}
+
+    def __getitem__(self, name: str) -> Geometry:
+        return self._table()[name]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+PRESETS: Mapping[str, Geometry] = _Presets()
 
 
 def shape_sizes(geo: Geometry, *, max_blocks: int | None = None, num_pages: int | None = None,

@@ -21,7 +21,7 @@ PACKS_ENV = "HARNESS_PACKS"
 
 
 class PackError(Exception):
-    """A pack that cannot be loaded, or two that declare the same op or kernel."""
+    """A pack that cannot be loaded, or two that declare the same op, kernel or geometry preset."""
 
 
 def _modules() -> list[str]:
@@ -51,7 +51,12 @@ def packs() -> tuple[Pack, ...]:
     loaded = tuple(_load(name) for name in _modules())
     owner: dict[str, str] = {}
     kernels: dict[tuple[str, str], str] = {}
+    presets: dict[str, str] = {"tiny": "the harness"}
     for pack in loaded:
+        for name in pack.presets:
+            if name in presets:
+                raise PackError(f"geometry preset {name!r} is declared by two packs: {presets[name]} and {pack.name}")
+            presets[name] = pack.name
         for op in pack.ops:
             if op in owner:
                 raise PackError(f"op {op!r} is declared by two packs: {owner[op]} and {pack.name}")

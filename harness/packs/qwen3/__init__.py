@@ -8,6 +8,7 @@ folders of the repository they have always had.
 """
 from __future__ import annotations
 
+from harness.case import Geometry
 from harness.packs.api import OpEntry, Pack
 from harness.packs.qwen3 import audit, intermediates, memory
 from harness.packs.qwen3.contracts import LAYOUTS, OPS
@@ -50,6 +51,15 @@ KERNELS: dict[str, dict[str, str]] = {
 
 _B_WRITTEN = "`slot_mapping[b] ≥ 0`"
 
+# Qwen3-14B as served: 40 query heads over 8 KV heads of 128, pages of 128 tokens
+PRESETS = {
+    "qwen3-14b": Geometry(
+        batch=16, num_heads=40, num_kv_heads=8, head_dim=128, page_size=128,
+        hidden=5120, intermediate=17408, vocab=151936, num_layers=40,
+        rope_theta=1_000_000.0, eps=1e-6,
+    ),
+}
+
 
 def _op(name: str, **fields) -> OpEntry:
     return OpEntry(OPS[name], LAYOUTS[name], f"harness.goldens.{name}", TOLERANCES.get(name, {}),
@@ -76,6 +86,7 @@ PACK = Pack(
     },
     kernels=KERNELS,
     inputs="harness.packs.qwen3.inputs",
+    presets=PRESETS,
     memory_plan=memory.plan,
     operators=audit.OPERATORS,
     conditions=audit.CONDITIONS,
