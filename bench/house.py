@@ -22,7 +22,12 @@ Definitions (the figures docs/architecture.md quotes):
   (a minimum feedback arc set, exact per component, of rooms and of modules). With
   no circles there are none.
 - flat modules: the top-level modules of harness/ other than __init__ and __main__.
-- lines: physical lines of .py files (the core = harness/ without goldens/kernels).
+- lines: physical lines of .py files (the core = harness/ without goldens/kernels and the
+  packs).
+- packs: each op pack (harness/packs/NAME/) is a room of its own, as goldens/ and kernels/
+  are: the core loads a pack by its name (importlib), never by an import statement, so a
+  pack's imports of the core are arrows down.  harness.packs itself (the registry and
+  api.py) is the core's room for them.
 
 Run `.venv/bin/python bench/house.py` (add --json for machine-readable output,
 --edges ROOM to list one room's arrows with the importing module and line, --root DIR
@@ -110,7 +115,14 @@ def room_of(module: str) -> str:
         if module == special or module.startswith(special + "."):
             return special
     parts = module.split(".")
+    if parts[:2] == ["harness", "packs"] and len(parts) > 2 and parts[2] != "api":
+        return ".".join(parts[:3])      # a pack: loaded by name, a room of its own
     return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def is_pack(module: str) -> bool:
+    """A module of an op pack (harness/packs/NAME/), not the API the packs are written against."""
+    return room_of(module).count(".") == 2 and room_of(module).startswith("harness.packs.")
 
 
 def scc(nodes, edges) -> list[list[str]]:
@@ -213,7 +225,9 @@ def measure(root: Path = ROOT) -> dict:
     def lines(paths):
         return sum(len(p.read_text().splitlines()) for p in paths)
 
-    core = [p for m, p in modules.items() if room_of(m) not in ("harness.goldens", "harness.kernels")]
+    core = [p for m, p in modules.items() if room_of(m) not in ("harness.goldens", "harness.kernels")
+            and not is_pack(m)]
+    packs = [p for m, p in modules.items() if is_pack(m)]
     worker = [p for m, p in modules.items() if room_of(m) == "harness.worker"]
     return {
         "modules": len(modules),
@@ -231,6 +245,7 @@ def measure(root: Path = ROOT) -> dict:
         "worker_lines": lines(worker),
         "flat_lines": lines(modules[m] for m in flat),
         "core_lines": lines(core),
+        "pack_lines": lines(packs),
         "_found": found,
     }
 
@@ -261,7 +276,8 @@ def main(argv=None) -> int:
     print(f"modules          {m['modules']} ({m['imports']} imports, {m['lazy_imports']} lazy)")
     print(f"flat modules     {m['flat_modules']} ({m['flat_lines']} lines): {' '.join(m['flat_module_names'])}")
     print(f"worker/          {m['worker_modules']} modules, {m['worker_lines']} lines")
-    print(f"lines in core    {m['core_lines']} (harness/, without goldens/ and kernels/)")
+    print(f"lines in core    {m['core_lines']} (harness/, without goldens/, kernels/ and the packs)")
+    print(f"lines in packs   {m['pack_lines']} (harness/packs/NAME/)")
     return 0
 
 

@@ -13,20 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from harness.ops import OpSpec
-
-if TYPE_CHECKING:       # annotations only: the declaration modules import these themselves
-    from harness.case import Case, Geometry, Tolerance
-    from harness.intermediates.spec import Intermediate
-    from harness.memory_plan import MemoryPlan
+# The annotations name harness.ops.OpSpec, harness.case's Case, Geometry and Tolerance,
+# harness.intermediates.spec.Intermediate and harness.memory_plan.MemoryPlan without importing
+# them: those modules look packs up, so the API they are declared with imports none of them.
 
 @dataclass(frozen=True)
 class OpEntry:
     """One op of a pack: everything the core asks of it, by name."""
 
-    contract: OpSpec
+    contract: "OpSpec"
     # per argument, what its indices mean: the layout column of docs/contracts.md and `harness ops`
     layouts: Mapping[str, str]
     # the golden: a module with ``compute(inputs, dtype, *, record=None, rounding=True) -> dict``
