@@ -72,7 +72,8 @@ class Pack:
     # worker-side finders of what a wholesale MISMATCH looks like: "module:function", each
     # ``(case, ci, compared, goldens) -> str | None`` (harness/worker/hints.py asks them in order)
     hints: tuple[str, ...] = ()
-    # worker-side: "module:function" ``(ci) -> Work`` the bytes and flops an op must move
+    # worker-side: "module:function" ``(ci, row_bytes, layers) -> (bytes_read, flops | None)`` what an op
+    # moves beyond its inputs, outputs and cache rows written (harness/worker/work.py), and its flops
     work: str | None = None
     # front end, torch-free: ``(case, golden_dtype) -> MemoryPlan`` before anything is allocated
     memory_plan: Callable[["Case", str], "MemoryPlan"] | None = None

@@ -76,6 +76,7 @@ PACK = Pack(
     },
     kernels=KERNELS,
     inputs="harness.packs.qwen3.inputs",
+    work="harness.packs.qwen3.work:work",
     memory_plan=memory.plan,
     operators=audit.OPERATORS,
     conditions=audit.CONDITIONS,
