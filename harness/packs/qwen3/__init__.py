@@ -77,6 +77,7 @@ PACK = Pack(
     kernels=KERNELS,
     inputs="harness.packs.qwen3.inputs",
     work="harness.packs.qwen3.work:work",
+    hints=("harness.packs.qwen3.stray_reads:find", "harness.packs.qwen3.hints:rope_variants"),
     memory_plan=memory.plan,
     operators=audit.OPERATORS,
     conditions=audit.CONDITIONS,
