@@ -67,9 +67,11 @@ class Pack:
     # ``input_spec(case) -> dict`` (the golden cache key's inputs part) and ``source_hash()``
     inputs: str = ""
     # worker-side finders of what a wholesale MISMATCH looks like: "module:function", each
-    # ``(case, ci, compared, goldens) -> str | None`` (harness/worker/hints.py asks them in order)
+    # ``(case, ci, golden, compared, mismatched, golden_dtype) -> str | None``, asked in order after
+    # the generic ones until one names something (harness/worker/hints.py)
     hints: tuple[str, ...] = ()
-    # worker-side: "module:function" ``(ci) -> Work`` the bytes and flops an op must move
+    # worker-side: "module:function" ``(ci, row_bytes, layers) -> (bytes_read, flops | None)`` what an op
+    # moves beyond its inputs, outputs and cache rows written (harness/worker/work.py), and its flops
     work: str | None = None
     # front end, torch-free: ``(case, golden_dtype) -> MemoryPlan`` before anything is allocated
     memory_plan: Callable[["Case", str], "MemoryPlan"] | None = None

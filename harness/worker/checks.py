@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from harness import packs
 from harness.case import Case, Tolerance
 from harness.goldens import EXACT_SUFFIX
 from harness.worker.input_guard import InputWrite, bits
@@ -133,7 +134,8 @@ def _cache_guard_damage(ci: CaseInputs, name: str, offsets: list[int]) -> list[s
     stray: list[int] = []
     for o in offsets:
         (by_slot.setdefault(o // row, []) if o // row in writers else stray).append(o)
-    noun = "token" if ci.op.name == "prefill_attention" else "row"
+    declared = packs.find(ci.op.name)           # a spec op has no pack: its rows are rows
+    noun = declared.row_noun if declared else "row"
     where = []
     for s in sorted(by_slot):
         rows = writers[s]
@@ -147,7 +149,7 @@ def _cache_guard_damage(ci: CaseInputs, name: str, offsets: list[int]) -> list[s
 
 
 def _side(offsets: list[int], name: str) -> str:
-    """``64 elements before the start of k_cache (offsets -64..-1)``, for either band or both."""
+    """``64 elements before the start of <cache> (offsets -64..-1)``, for either band or both."""
     before = [o for o in offsets if o < 0]
     after = offsets[len(before):]
     parts = [f"{len(before)} elements before the start of {name} (offsets {_span(before)})"] if before else []
@@ -237,7 +239,8 @@ def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.
     golden_rounded = expected.dtype if expected.dtype in ULP_DTYPES else None
     if expected.dtype not in (torch.float32, torch.float64):     # a spec golden stored in bf16, fp16, fp8
         expected = expected.float()
-    groups = {"batch": (0, ci.row_seq)} if case.op == "prefill_attention" else None
+    declared = packs.find(case.op) if case.spec is None else None
+    groups = {"batch": (0, ci.row_seq)} if declared is not None and declared.rows_by_sequence else None
     slack = rounding_slack(actual, expected, exact, tol)
     if golden_rounded is not None:
         slack = _golden_rounding(expected, golden_rounded, slack)

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from harness import packs
 from harness.case import Case
 from harness.goldens.cache import IntermediateGoldens
 from harness.intermediates import files
@@ -42,8 +43,9 @@ def case_intermediates(case: Case, ci: CaseInputs) -> tuple[Intermediate, ...]:
 
 
 def rows_of(ci: CaseInputs) -> int:
-    """A builtin op's ``rows`` symbol (B, or T of prefill); a spec op has none."""
-    return ci.sizes.get("T" if ci.op.name == "prefill_attention" else "B", 0)
+    """The size of a pack op's ``rows`` symbol (``OpEntry.rows``); a spec op has none (B, if it has one)."""
+    entry = packs.find(ci.op.name)
+    return ci.sizes.get(entry.rows if entry else "B", 0)
 
 
 class Collector:

@@ -7,7 +7,7 @@ input cost less than a digest in eager torch (which needs widened temporaries of
 same size), the comparison cannot collide, and the copy is the pristine
 value that localises a change (measured on the CPU: 3.5-26x cheaper than an int64
 position-weighted sum, docs/benchmarks.md).  The price is device memory equal to the
-inputs: about 2.2 GB for qwen3-14b ``decode_layers``, whose weights dominate, beside
+inputs: about 2.2 GB for a whole qwen3-14b decoder stack, whose weights dominate, beside
 its 10 GB of caches.  Caches and outputs are not inputs: the other checks judge them.
 """
 from __future__ import annotations

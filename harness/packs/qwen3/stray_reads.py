@@ -1,15 +1,16 @@
-"""Naming a stray read from the evidence in an attention output: one of the hints'
-finders (``harness.worker.hints.find_hint``).
+"""Naming a stray read from the evidence in an attention output: one of the Qwen3 pack's hint
+finders (``Pack.hints``, asked by ``harness.worker.hints.find_hint`` before the RoPE variants).
 
 The generator fills every cache row a case must not read with a hot canary
-(``harness.worker.inputs``): a key any query scores far above every real key, and a value
+(``harness.packs.qwen3.inputs``): a key any query scores far above every real key, and a value
 row whose every element has 16 <= |x| < 48, while every value a sequence may read (its
 context rows, and the fresh ``v_proj·inv_rms`` of the fused ops, scaled or not) stays below 6.7.  An
 attention output is a convex combination of the value rows it reads, so an output row
 beyond every readable value is evidence, and one that equals a canary value row (a
 dominant stray key) names the row that was read; a row the launch itself writes, read before
 the kernel wrote it, is named as that (a read-before-write, not a read past the sequence).  decode_layers keeps a cold canary; no
-hint there.
+hint there.  Found only when no other output's golden explains the mismatch (the generic finders
+come first); it costs no golden, so an audit's mutant runs get it too.
 """
 from __future__ import annotations
 
@@ -20,6 +21,18 @@ from harness.packs.qwen3.inputs import CANARY_VALUE_MIN
 
 _LISTED = 2                 # output rows examined and named
 _MATCH = 1 / 32             # |out - canary row| / |canary row|: a bf16 rounding or two of one dominant row
+
+
+def find(case, ci: CaseInputs, golden, compared: dict, mismatched: list[str], golden_dtype) -> str:
+    """The finder: each mismatched output beyond every readable value, "; "-joined, or ""."""
+    return "; ".join(h for h in (_stray_read(ci, n, compared[n]) for n in mismatched) if h)
+
+
+def _stray_read(ci: CaseInputs, name: str, c) -> str:
+    """``c``: the output as ``harness.worker.hints`` compares it (``actual``, row mask ``rows``)."""
+    rows = c.rows if c.rows is not None else torch.ones(c.actual.shape[0], dtype=torch.bool)
+    compared = rows.to(c.actual.device).view(-1, *([1] * (c.actual.dim() - 1))).expand(c.actual.shape)
+    return hint(ci, name, c.actual, compared)
 
 
 def hint(ci: CaseInputs, name: str, actual: torch.Tensor, compared: torch.Tensor) -> str:
