@@ -14,8 +14,7 @@ WORDS = ("rope_kv_write", "paged_decode_attention", "fused_rope_decode_attention
          "decode_layers", "k_cache", "v_cache", "block_table", "slot_mapping")
 _PATTERN = re.compile(r"\b(" + "|".join(WORDS) + r")\b")
 # Files still to move into the pack (the list only shrinks).
-PENDING = {"harness/worker/dumps.py", "harness/worker/work.py", "harness/worker/stray_reads.py",
-           "harness/worker/input_guard.py", "harness/worker/hints.py", "harness/worker/checks.py"}
+PENDING: set[str] = set()
 
 
 def _pack_dirs() -> list[Path]:
