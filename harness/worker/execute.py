@@ -16,7 +16,6 @@ from typing import Callable
 
 import torch
 
-from harness.adapters import Adapted
 from harness.goldens.cache import GoldenCache
 from harness.worker import checks
 from harness.worker import dumps
@@ -254,7 +253,10 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
                **({"determinism": bits} if bits is not None else {}),
                **({"latency": latency} if latency is not None else {}),
                # what an adapted kernel copied, which the buffer checks cannot see (docs/adapters.md)
-               **({"adapter": kernel.last_call.to_metrics()} if isinstance(kernel, Adapted) else {}),
+               # (an adapter reports its last call as ``last_call.to_metrics()``: a pack's adapters,
+               # harness/packs/qwen3/adapters.py ``Adapted``, imported by the kernel, never here)
+               **({"adapter": kernel.last_call.to_metrics()}
+                  if callable(getattr(getattr(kernel, "last_call", None), "to_metrics", None)) else {}),
                **({"hint_error": hint_error} if hint_error else {}),
                **watch.disturbed.metrics()}
     return CaseReply(case.case_id, time.perf_counter() - t0, outcome=found.outcome,
