@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from harness.comparators import parse_comparator
 from harness.ops import OpSpec
 
 if TYPE_CHECKING:       # annotations only: the declaration modules import these themselves
@@ -51,6 +52,9 @@ class OpEntry:
     write_condition: str | None = None
     # a layer count ``L`` stacks the op (its intermediates and cache writes repeat per layer)
     layered: bool = False
+    # per output: the comparator it is judged by instead of the elementwise one, in the text form of
+    # a spec case's ``compare:`` (harness/comparators.py), e.g. ``{"topk_indices": "topk_pairs(topk_values)"}``
+    compare: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -92,6 +96,12 @@ class Pack:
             for arg in entry.contract.args:
                 if arg.name not in entry.layouts:
                     raise ValueError(f"pack {self.name}: op {name} has no layout for argument {arg.name!r}")
+            outputs = {a.name for a in entry.contract.outputs}
+            for output, text in entry.compare.items():
+                if output not in outputs:
+                    raise ValueError(f"pack {self.name}: op {name} declares a comparator for {output!r}, "
+                                     f"not one of its outputs")
+                parse_comparator(text)      # ValueError with the reason
         for kernel, table in self.kernels.items():
             unknown = sorted(set(table) - set(self.ops))
             if unknown:
