@@ -67,3 +67,13 @@ def topk_bf16_logits(*, hidden, final_norm_weight, lm_head, eps, topk_values, to
     """Logits stored in bf16 before the top-k (a GEMM with a bf16 epilogue): values off by up to half
     a bf16 ulp. MISMATCH under the default fp32-compute preset, PASS under ``bf16-compute``."""
     _run(hidden, final_norm_weight, lm_head, eps, topk_values, topk_indices, dump, logits_dtype=torch.bfloat16)
+
+
+def topk_borrowed_value(*, hidden, final_norm_weight, lm_head, eps, topk_values, topk_indices, dump=None):
+    """Bug: the k-th place holds the row's *lowest* token with the k-th value borrowed (a kernel that
+    pairs values and indices from different passes). ``topk_pairs`` alone passes it (the value ties
+    the golden's k-th); the pack's ``token_logits`` check finds it. MISMATCH."""
+    _run(hidden, final_norm_weight, lm_head, eps, topk_values, topk_indices, dump)
+    normed = _normed(hidden, final_norm_weight, eps)
+    lowest = (normed @ lm_head.float().T).argmin(-1)
+    topk_indices[:, -1] = lowest.to(torch.int32)

@@ -55,6 +55,9 @@ class OpEntry:
     # per output: the comparator it is judged by instead of the elementwise one, in the text form of
     # a spec case's ``compare:`` (harness/comparators.py), e.g. ``{"topk_indices": "topk_pairs(topk_values)"}``
     compare: Mapping[str, str] = field(default_factory=dict)
+    # worker-side checks of its own: "module:function", each ``(case, ci, launched, goldens, metrics)
+    # -> list[Finding]``, called after the generic checks (harness/worker/checks.py) on every launch
+    checks: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

@@ -17,6 +17,7 @@ EXPECTED = {
     "topk_off_by_one": ("fp32-compute", "MISMATCH", "topk_indices"),
     "topk_bf16_logits": ("fp32-compute", "MISMATCH", "topk_values"),
     "topk_bf16_logits@bf16": ("bf16-compute", "PASS", None),
+    "topk_borrowed_value": ("fp32-compute", "MISMATCH", "not their logit"),
 }
 
 MATRIX = """\

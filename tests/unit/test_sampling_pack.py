@@ -165,3 +165,27 @@ def test_harness_ops_prints_the_contract(capsys):
     assert main(["ops", OP, "--geometry", "tiny"]) == 0
     out = capsys.readouterr().out
     assert "topk_indices" in out and "[4, 8]" in out and "int32" in out and "[512, 128]" in out
+
+
+# -- the pack's own check (OpEntry.checks) ---------------------------------------
+
+def test_a_borrowed_value_passes_topk_pairs_and_fails_the_pack_check(run):
+    reply = run(_case("topk_borrowed_value", batch=16))
+    assert reply.outcome.value == "MISMATCH", reply.summary
+    assert reply.metrics["compare"]["topk_indices"]["passed"]          # the comparator alone is fooled
+    assert reply.metrics["checks"]["token_logits"]["value_not_its_logit"] == 16
+    assert "tokens paired with a value that is not their logit" in reply.summary
+
+
+def test_the_pack_check_names_indices_outside_the_vocab():
+    from harness.packs.sampling.checks import token_logits
+    case = _case(batch=2)
+    ci = generate(case)
+    g = goldens.compute(OP, ci.args, torch.float32)
+    outputs = {"topk_values": g["topk_values"].clone(), "topk_indices": g["topk_indices"].to(torch.int32)}
+    launched = type("L", (), {"outputs": outputs})()
+    metrics: dict = {}
+    assert token_logits(case, ci, launched, g, metrics) == [] and metrics["checks"]["token_logits"]["pairs"] == 16
+    outputs["topk_indices"][1, 3] = 512
+    found = token_logits(case, ci, launched, g, metrics)
+    assert len(found) == 1 and "1 indices outside the vocab [0, 512) in batch [1]; first at [1, 3]: 512" in found[0].message
