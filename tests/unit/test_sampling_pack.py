@@ -189,3 +189,14 @@ def test_the_pack_check_names_indices_outside_the_vocab():
     outputs["topk_indices"][1, 3] = 512
     found = token_logits(case, ci, launched, g, metrics)
     assert len(found) == 1 and "1 indices outside the vocab [0, 512) in batch [1]; first at [1, 3]: 512" in found[0].message
+
+
+# -- the generic audit operators wrap this pack's op too ---------------------------
+
+@pytest.mark.parametrize("operator,outcome", [("half_written", "UNWRITTEN"), ("nan_element", "NONFINITE"),
+                                              ("input_clobber", "CONTRACT")])
+def test_generic_mutation_operators_wrap_the_op(run, monkeypatch, operator, outcome):
+    monkeypatch.setenv("HARNESS_MUTANT", operator)
+    monkeypatch.setenv("HARNESS_MUTANT_KERNEL", "reference")
+    reply = run(_case("harness.kernels.mutants.operators:lm_head_topk"))
+    assert reply.outcome.value == outcome, reply.summary
