@@ -94,6 +94,9 @@ def test_inputs_are_deterministic_keyed_and_plant_ties():
     assert torch.equal(w[twins.start:twins.stop], w[originals.start:originals.stop])
     gap = w[near.start:near.stop, 0].float() - w[near_originals.start:near_originals.stop, 0].float()
     assert bool((gap != 0).all()) and torch.equal(w[near.start:near.stop, 1:], w[near_originals.start:near_originals.stop, 1:])
+    rms = a.args["hidden"].float().pow(2).mean(-1).sqrt()
+    scales = torch.tensor(sampling_inputs.row_scales(3, 8))
+    assert bool(((rms / scales - 1).abs() < 0.25).all()) and len(set(scales.tolist())) > 3, (rms, scales)
     assert a.args["hidden"].dtype == torch.bfloat16 and generate(_case(dtype="fp16")).args["hidden"].dtype == torch.float16
 
 
