@@ -15,7 +15,7 @@ from importlib import metadata
 
 from harness.packs.api import OpEntry, Pack
 
-BUILTIN_PACKS = ("harness.packs.qwen3",)
+BUILTIN_PACKS = ("harness.packs.qwen3", "harness.packs.sampling")
 ENTRY_POINT_GROUP = "harness.packs"
 PACKS_ENV = "HARNESS_PACKS"
 

@@ -15,9 +15,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.comparators import parse_comparator
+
 # The annotations name harness.ops.OpSpec, harness.case's Case, Geometry and Tolerance,
 # harness.intermediates.spec.Intermediate and harness.memory_plan.MemoryPlan without importing
-# them: those modules look packs up, so the API they are declared with imports none of them.
+# them: those modules look packs up, so the API they are declared with imports none of them
+# (harness.comparators looks nothing up).
+
 
 @dataclass(frozen=True)
 class OpEntry:
@@ -48,6 +52,12 @@ class OpEntry:
     write_condition: str | None = None
     # a layer count ``L`` stacks the op (its intermediates and cache writes repeat per layer)
     layered: bool = False
+    # per output: the comparator it is judged by instead of the elementwise one, in the text form of
+    # a spec case's ``compare:`` (harness/comparators.py), e.g. ``{"topk_indices": "topk_pairs(topk_values)"}``
+    compare: Mapping[str, str] = field(default_factory=dict)
+    # worker-side checks of its own: "module:function", each ``(case, ci, launched, goldens, metrics)
+    # -> list[Finding]``, called after the generic checks (harness/worker/checks.py) on every launch
+    checks: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -91,6 +101,12 @@ class Pack:
             for arg in entry.contract.args:
                 if arg.name not in entry.layouts:
                     raise ValueError(f"pack {self.name}: op {name} has no layout for argument {arg.name!r}")
+            outputs = {a.name for a in entry.contract.outputs}
+            for output, text in entry.compare.items():
+                if output not in outputs:
+                    raise ValueError(f"pack {self.name}: op {name} declares a comparator for {output!r}, "
+                                     f"not one of its outputs")
+                parse_comparator(text)      # ValueError with the reason
         for kernel, table in self.kernels.items():
             unknown = sorted(set(table) - set(self.ops))
             if unknown:

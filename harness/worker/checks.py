@@ -56,12 +56,26 @@ def run_checks(case: Case, ci: CaseInputs, goldens: dict[str, torch.Tensor], lau
         findings += _output_findings(case, ci, arg.name, arg.axes, launched.outputs[arg.name],
                                      goldens[arg.name], rows, metrics, exact=goldens.get(arg.name + EXACT_SUFFIX),
                                      judge=judge and comparators.Context(case, ci, launched, goldens, judge))
+    findings += _pack_findings(case, ci, launched, goldens, metrics)
     for arg in ci.op.caches:
         findings += _cache_findings(case, ci, arg.name, ci.args[arg.name], launched.caches[arg.name],
                                     goldens.get(arg.name), metrics, exact=goldens.get(arg.name + EXACT_SUFFIX))
     findings.sort(key=lambda f: CHECK_PRECEDENCE.index(f.outcome))
     outcome = findings[0].outcome if findings else Outcome.PASS
     return Findings(outcome, tuple(findings), metrics)
+
+
+def _pack_findings(case: Case, ci: CaseInputs, launched: Launched, goldens: dict[str, torch.Tensor],
+                   metrics: dict) -> list[Finding]:
+    """What the op's pack checks of its own (``OpEntry.checks``), in the order it declares them."""
+    if case.spec is not None:
+        return []
+    from harness import packs
+    declared = packs.find(case.op)
+    found: list[Finding] = []
+    for path in declared.checks if declared is not None else ():
+        found += list(packs.resolve(path)(case, ci, launched, goldens, metrics))
+    return found
 
 
 # -- the rounding spread ---------------------------------------------------------

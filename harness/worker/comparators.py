@@ -26,9 +26,12 @@ _MAX_LISTED = 8
 
 
 def for_case(case: Case) -> dict[str, Comparator]:
-    """Output name -> its comparator, from a spec case's ``compare:`` (empty for every other case)."""
+    """Output name -> its comparator: a spec case's ``compare:``, or what its op's pack declares
+    (``OpEntry.compare``); empty for an op that declares none."""
     if case.spec is None:
-        return {}
+        from harness import packs
+        declared = packs.find(case.op)
+        return {name: parse_comparator(text) for name, text in (declared.compare if declared else {}).items()}
     return {name: parse_comparator(text) for name, text in (case.spec.get("compare") or {}).items()}
 
 

@@ -22,6 +22,7 @@ last layer only, as a bug in one layer's kernel would be.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from typing import Any, Callable
 
@@ -203,6 +204,20 @@ def mutate(op: str | None, args: dict[str, Any]) -> Any:
 
 (rope_kv_write, paged_decode_attention, fused_rope_decode_attention, prefill_attention,
  decode_layers) = for_every_op(mutate)
+
+
+def __getattr__(name: str) -> Callable[..., Any]:
+    """The wrapper for an op of another pack (the generic operators apply to every op): ``mutate``
+    with the op's contract arguments as its keyword-only parameters."""
+    if name not in OPS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def kernel(**args: Any) -> Any:
+        return mutate(name, args)
+    kernel.__name__ = kernel.__qualname__ = name
+    kernel.__signature__ = inspect.Signature(      # type: ignore[attr-defined]
+        [inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY) for arg in OPS[name].arg_names])
+    globals()[name] = kernel
+    return kernel
 
 
 def spec_op(**args: Any) -> Any:

@@ -45,6 +45,11 @@ EXPECTED = {
     "zeroes-positions": ("CONTRACT", "the kernel wrote into input positions"),
     "normalises-q-proj": ("CONTRACT", "the kernel wrote into input q_proj"),
     "clobbers-rope-cos": ("CONTRACT", "the kernel wrote into input rope_cos"),
+    "ref-topk": ("PASS", None),
+    "topk-ascending-ties": ("PASS", None),
+    "topk-no-norm": ("MISMATCH", "first bad intermediate normed"),
+    "topk-off-by-one": ("MISMATCH", "topk_indices"),
+    "topk-borrowed-value": ("MISMATCH", "not their logit"),
 }
 
 

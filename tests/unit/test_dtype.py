@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from harness import packs
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.ops import OPS
 from harness.worker.inputs import generate
@@ -40,10 +41,11 @@ def test_every_bf16_argument_follows_the_dtype(op):
 def test_correct_kernels_pass_fp16(run_case, op):
     reply = run_case(_case(op))
     assert reply.outcome.value == "PASS", reply.summary
+    stored = {a.name: a.dtype for a in OPS[op].outputs + OPS[op].caches}
     for name, data in reply.metrics["compare"].items():
-        if "skipped" not in data:
-            assert data["stored_ulp"] == (None if name == "logits" else "float16"), name
-    if op != "decode_layers":
+        if "skipped" not in data and stored[name] in ("bfloat16", "float32"):     # an int output has no ulp
+            assert data["stored_ulp"] == ("float16" if stored[name] == "bfloat16" else None), name
+    if op != "decode_layers" and op in packs.pack_of("rope_kv_write").ops:     # the Qwen3 ops' variants
         once = run_case(_case(op, f"outside.exact_round_once:{op}"))
         assert once.outcome.value == "PASS", once.summary
 
