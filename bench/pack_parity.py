@@ -5,6 +5,7 @@ kernel and the golden get), the golden cache key, and the golden's own digest.
 
     python bench/pack_parity.py --write tests/unit/data/pack_parity.json   # record (inputs, keys, goldens)
     python bench/pack_parity.py --check tests/unit/data/pack_parity.json   # compare (exit 1 on a difference)
+    python bench/pack_parity.py --add tests/unit/data/pack_parity.json     # record a new op's cases
 
 ``tests/unit/test_pack_parity.py`` runs the comparison on the small cases' inputs and keys; the
 goldens' values and the large cases are compared here only (minutes of CPU).
@@ -72,8 +73,15 @@ def main() -> int:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--write", metavar="FILE")
     what.add_argument("--check", metavar="FILE")
+    what.add_argument("--add", metavar="FILE", help="record the cases FILE has no record of (a new op's), keep the rest")
     parser.add_argument("--no-goldens", action="store_true", help="inputs and keys only (seconds, not a minute)")
     args = parser.parse_args()
+    if args.add:
+        known = json.loads(Path(args.add).read_text())
+        new = {c.case_id: record(c, not args.no_goldens) for c in builtin_cases() if c.case_id not in known}
+        Path(args.add).write_text(json.dumps({**known, **new}, indent=1, sort_keys=True) + "\n")
+        print(f"{len(new)} cases added to {args.add}")
+        return 0
     now = snapshot(goldens=not args.no_goldens)
     if args.write:
         Path(args.write).parent.mkdir(parents=True, exist_ok=True)
