@@ -31,6 +31,7 @@ golden process could not start, which computes without storing).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import math
@@ -39,6 +40,7 @@ import struct
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from harness import goldens
+from harness import goldens, packs
 from harness.files import atomic_path
 
 log = logging.getLogger(__name__)
@@ -441,19 +443,37 @@ class Golden:
 
 
 class BuiltinGolden(Golden):
-    """A builtin op's golden (``harness.goldens``), with its ``@exact`` twins."""
+    """An op's golden as its pack declares it (``OpEntry.golden``), with its ``@exact`` twins.
+    ``harness.goldens`` (goldens/) runs it: the shipped packs keep their goldens there, a user's pack
+    anywhere on the path (its module taken into the table ``harness.goldens`` starts with, where
+    every op is ``harness.goldens.<op>``)."""
 
     def __init__(self, op: str) -> None:
         self.op = op
+        module = packs.entry(op).golden
+        if goldens._MODULES.get(op) != module:
+            goldens._MODULES[op] = module
+        self._own = module == f"harness.goldens.{op}"
 
     def source_hash(self) -> str:
-        return goldens.source_hash(self.op)
+        if self._own:
+            return goldens.source_hash(self.op)
+        return _module_hash(goldens._MODULES[self.op])
 
     def names(self) -> tuple[str, ...]:
         return goldens.golden_names(self.op)
 
     def compute(self, inputs, dtype, intermediates=None):
         return goldens.compute(self.op, inputs, dtype, exact=True, intermediates=intermediates)
+
+
+@lru_cache(maxsize=None)
+def _module_hash(module: str) -> str:
+    """sha256 (16 hex) of a pack's golden module's source, read once per process (what it loaded)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        raise KeyError(f"golden module {module} is not on the path")
+    return hashlib.sha256(module.encode() + b"\0" + Path(spec.origin).read_bytes()).hexdigest()[:16]
 
 
 def golden_of(op: "str | Golden") -> Golden:

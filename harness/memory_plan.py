@@ -41,10 +41,10 @@ from harness.case import Case
 from harness.devices import Device, Memory
 from harness.ops import OPS, resolve_shape
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "int32": 4}
 GOLDEN_DTYPE_BYTES = {"fp32": 4, "fp64": 8}
-# Every dtype a spec op's tensor may have (harness/worker/spec_module.py), by its torch name.
-SPEC_DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4, "int16": 2,
+# Every dtype a contract or a spec op's tensor may have (harness/worker/spec_module.py), by its torch
+# name; one it does not know counts as the widest (``dtype_bytes``), so a plan is never low.
+DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4, "int16": 2,
                     "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
                     "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "int": 8, "float": 8}
 # launch.py's smallest guard band, each side of every writable buffer.
@@ -146,6 +146,10 @@ def plan(case: Case, golden_dtype: str = "fp32") -> MemoryPlan:
     return own(case, golden_dtype) if own is not None else contract_plan(case, golden_dtype)
 
 
+def dtype_bytes(dtype: str) -> int:
+    return DTYPE_BYTES.get(dtype, 8)
+
+
 def golden_bytes(golden_dtype: str) -> int:
     """Bytes of one golden element; a dtype the plan does not know: the widest, never low."""
     return GOLDEN_DTYPE_BYTES.get(golden_dtype, 8)
@@ -165,12 +169,12 @@ def contract_plan(case: Case, golden_dtype: str = "fp32") -> MemoryPlan:
     def numel(arg) -> int:
         return math.prod(resolve_shape(arg.shape, sizes))
 
-    inputs = sum(numel(a) * DTYPE_BYTES[a.dtype] for a in op.by_role("input"))
+    inputs = sum(numel(a) * dtype_bytes(a.dtype) for a in op.by_role("input"))
     g = golden_bytes(golden_dtype)
     return MemoryPlan(
         inputs=inputs,
-        caches=sum(numel(a) * DTYPE_BYTES[a.dtype] for a in op.caches),
-        outputs=sum(numel(a) * DTYPE_BYTES[a.dtype] for a in op.outputs),
+        caches=sum(numel(a) * dtype_bytes(a.dtype) for a in op.caches),
+        outputs=sum(numel(a) * dtype_bytes(a.dtype) for a in op.outputs),
         guard_bands=2 * sum(_guard_bytes(a, sizes) for a in op.caches + op.outputs),
         pristine=inputs,
         golden=2 * 2 * g * sum(numel(a) for a in op.outputs + op.caches),
@@ -188,7 +192,7 @@ def _spec_plan(case: Case) -> MemoryPlan:
     op = case.op_spec
 
     def nbytes(arg) -> int:
-        return math.prod(int(n) for n in arg.shape) * SPEC_DTYPE_BYTES.get(arg.dtype, 8)
+        return math.prod(int(n) for n in arg.shape) * dtype_bytes(arg.dtype)
 
     inputs = sum(nbytes(a) for a in op.by_role("input"))
     outputs = sum(nbytes(a) for a in op.outputs)
@@ -220,7 +224,7 @@ def _guard_bytes(arg, sizes: dict[str, int]) -> int:
     """One side's band, as launch.py sizes it: caches at least one page of rows."""
     if arg.role != "cache":
         return MIN_GUARD_BYTES
-    return max(MIN_GUARD_BYTES, math.prod(resolve_shape(arg.shape, sizes)[-3:]) * DTYPE_BYTES[arg.dtype])
+    return max(MIN_GUARD_BYTES, math.prod(resolve_shape(arg.shape, sizes)[-3:]) * dtype_bytes(arg.dtype))
 
 
 def human_bytes(n: int) -> str:

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.audit.operators import BY_NAME, HEAD_PERTURBED, mutated, value_outputs
+from harness.audit.operators import HEAD_PERTURBED, by_name, mutated, value_outputs
 from harness.case import Case
 from harness.formats import pct
 from harness.outcomes import Result
@@ -92,7 +92,7 @@ def _search(live: Sequence[Case], shape: str, index: int, run: Callable[[list[Ca
     for _ in range(steps + 1):                                  # HIGH, then the bisection
         if not searching:
             break
-        results = run([mutated(c, BY_NAME[HEAD_PERTURBED], trial[c.op], shape, named[c.op])
+        results = run([mutated(c, by_name()[HEAD_PERTURBED], trial[c.op], shape, named[c.op])
                        for c in live if c.op in searching])
         for op in searching:
             mine = {c.case_id: results[c.case_id] for c in live if c.op == op and c.case_id in results}

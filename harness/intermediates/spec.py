@@ -81,7 +81,8 @@ def tolerance_output(op: str, item: Intermediate) -> str:
 
 def shape_of(item: Intermediate, sizes: Mapping[str, int], rows: int) -> tuple[int, ...]:
     """The concrete shape of ``item`` for a case with these geometry ``sizes``."""
-    return tuple(rows if sym == "rows" else int(sizes[sym]) for sym in item.shape)
+    from harness.ops import resolve_shape
+    return tuple(rows if sym == "rows" else resolve_shape((sym,), sizes)[0] for sym in item.shape)
 
 
 def declares_dump(fn: Callable) -> bool:

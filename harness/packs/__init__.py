@@ -13,6 +13,7 @@ import os
 from functools import lru_cache
 from importlib import metadata
 
+from harness.errors import UsageError
 from harness.packs.api import OpEntry, Pack
 
 BUILTIN_PACKS = ("harness.packs.qwen3", "harness.packs.sampling")
@@ -20,7 +21,7 @@ ENTRY_POINT_GROUP = "harness.packs"
 PACKS_ENV = "HARNESS_PACKS"
 
 
-class PackError(Exception):
+class PackError(UsageError):
     """A pack that cannot be loaded, or two that declare the same op, kernel or geometry preset."""
 
 

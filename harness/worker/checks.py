@@ -55,7 +55,8 @@ def run_checks(case: Case, ci: CaseInputs, goldens: dict[str, torch.Tensor], lau
         judge = judges.get(arg.name)
         findings += _output_findings(case, ci, arg.name, arg.axes, launched.outputs[arg.name],
                                      goldens[arg.name], rows, metrics, exact=goldens.get(arg.name + EXACT_SUFFIX),
-                                     judge=judge and comparators.Context(case, ci, launched, goldens, judge))
+                                     judge=judge and comparators.Context(case, ci, launched, goldens, judge),
+                                     poison=launched.poison.get(arg.name))
     findings += _pack_findings(case, ci, launched, goldens, metrics)
     for arg in ci.op.caches:
         findings += _cache_findings(case, ci, arg.name, ci.args[arg.name], launched.caches[arg.name],
@@ -218,7 +219,8 @@ def _input_finding(ci: CaseInputs, write: InputWrite) -> Finding:
 
 def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.Tensor,
                      expected: torch.Tensor, rows: torch.Tensor | None, metrics: dict,
-                     exact: torch.Tensor | None = None, judge: "comparators.Context | None" = None) -> list[Finding]:
+                     exact: torch.Tensor | None = None, judge: "comparators.Context | None" = None,
+                     poison: int | None = None) -> list[Finding]:
     """Poison left (UNWRITTEN), non-finite values, then the comparison: the output's comparator when
     the case names one (a spec op's ``compare:``), else ``ratio_allclose`` for a floating output
     and an exact comparison for an integer or bool one, each localised along every named dim."""
@@ -229,7 +231,7 @@ def _output_findings(case: Case, ci: CaseInputs, name: str, axes, actual: torch.
     row_mask = (rows if rows is not None else torch.ones(actual.shape[0], dtype=torch.bool)).to(actual.device)
     compared = row_mask.view(-1, *([1] * (actual.dim() - 1))).expand(actual.shape)
 
-    unwritten = poison_mask(actual) & compared
+    unwritten = poison_mask(actual, poison) & compared
     n_unwritten = int(unwritten.sum())
     if n_unwritten:
         where = _where(unwritten, axes)

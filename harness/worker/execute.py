@@ -195,7 +195,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
             kernel = _stage(Stage.IMPORT, loader.load, case.kernel, case.op)
             try:
                 launched = launch(kernel, ci, torch_device, lambda: backend.synchronize(device),
-                                  kept.buffers if kept else None, dump=collector)
+                                  kept.buffers if kept else None, dump=collector, goldens=goldens)
             except ContractError as exc:
                 raise StageError(Stage.CONTRACT, exc) from exc
             except Exception as exc:

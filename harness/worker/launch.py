@@ -11,7 +11,7 @@ the returned value and the inputs are held against the contract.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -92,15 +92,52 @@ def _poison(dtype: torch.dtype) -> tuple[torch.dtype, int]:
     return _SIGNED[size], pattern
 
 
-def poisoned(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    view, value = _poison(dtype)
-    return torch.full(shape, value, dtype=view).view(dtype)
+def poisoned(shape: tuple[int, ...], dtype: torch.dtype, value: int | None = None) -> torch.Tensor:
+    """An output's pre-launch content; ``value``: an integer output's own poison (``integer_poison``)."""
+    if value is not None:
+        return torch.full(shape, value, dtype=dtype)
+    view, bits = _poison(dtype)
+    return torch.full(shape, bits, dtype=view).view(dtype)
 
 
-def poison_mask(t: torch.Tensor) -> torch.Tensor:
-    """True where an output element still holds the harness's poison bits."""
-    view, value = _poison(t.dtype)
-    return t.view(view) == value
+def poison_mask(t: torch.Tensor, value: int | None = None) -> torch.Tensor:
+    """True where an output element still holds the harness's poison (``value``: the one it chose
+    for this integer output)."""
+    if value is not None:
+        return t == value
+    view, bits = _poison(t.dtype)
+    return t.view(view) == bits
+
+
+def integer_poison(dtype: torch.dtype, golden: torch.Tensor | None) -> int | None:
+    """The poison of an integer output, chosen away from every value its golden holds.  A float
+    output's poison is a NaN no arithmetic makes; an integer has no such value (the byte 0xA5 in an
+    int8 is -91, a code a quantising kernel writes), so an element equal to the poison could be a
+    correct one.  The poison is the value farthest from the golden's (at least 2 away: a comparator
+    may admit one code off), so a kernel that writes what the golden says never writes it.  None:
+    the fixed pattern (not an integer, no golden, or nothing 2 away from it in range)."""
+    if golden is None or dtype is torch.bool or dtype.is_floating_point or dtype.is_complex:
+        return None
+    info = torch.iinfo(dtype)
+    values = torch.unique(golden.detach().to("cpu", torch.float64).round().clamp(info.min, info.max))
+    if not len(values):
+        return None
+    pattern = float(poisoned((), dtype).item())     # the fixed pattern, read as a number of dtype
+
+    def distance(v: float) -> float:
+        i = int(torch.searchsorted(values, torch.tensor([v], dtype=torch.float64)))
+        near = [values[j] for j in (i - 1, i) if 0 <= j < len(values)]
+        return min(abs(float(n) - v) for n in near)
+
+    if distance(pattern) >= 2:
+        return None            # the fixed pattern is already far from every golden value
+    candidates = [float(info.min), float(info.max)]
+    gaps = values[1:] - values[:-1]
+    if len(gaps):
+        widest = int(torch.argmax(gaps))
+        candidates.append(float((values[widest] + values[widest + 1]) // 2))
+    best = max(candidates, key=distance)
+    return int(best) if distance(best) >= 2 else None
 
 
 @dataclass
@@ -115,6 +152,7 @@ class Launched:
     returned: str | None               # None when the return value fits the contract, else what was wrong
     inputs_written: tuple[InputWrite, ...] = ()   # read-only inputs the kernel changed
     buffers: "Buffers | None" = None   # the guarded buffers themselves, on the device: a repeat restores them
+    poison: dict[str, int] = field(default_factory=dict)   # integer outputs' own poison (integer_poison)
 
     @property
     def guards_intact(self) -> bool:
@@ -196,12 +234,16 @@ class Buffers:
     """The guarded buffers of one launch: every cache (a copy of the generated one) and every
     output (poisoned), each inside its guard bands, on the kernel's device."""
 
-    def __init__(self, by_name: dict[str, GuardedBuffer]) -> None:
+    def __init__(self, by_name: dict[str, GuardedBuffer], poison: dict[str, int] | None = None) -> None:
         self.by_name = by_name
+        self.poison = poison or {}
 
     @classmethod
-    def allocate(cls, ci: CaseInputs, device: torch.device) -> "Buffers":
+    def allocate(cls, ci: CaseInputs, device: torch.device,
+                 goldens: "dict[str, torch.Tensor] | None" = None) -> "Buffers":
+        """``goldens``: the case's, so an integer output's poison is chosen away from its values."""
         buffers: dict[str, GuardedBuffer] = {}
+        poison: dict[str, int] = {}
         for arg in ci.op.caches:
             content = ci.args[arg.name]
             # At least one cache row (and a page where pages are small) on each side:
@@ -212,8 +254,11 @@ class Buffers:
         for arg in ci.op.outputs:
             shape, dtype = ci.outputs[arg.name]
             guard = _MIN_GUARD_BYTES // torch.empty((), dtype=dtype).element_size()
-            buffers[arg.name] = GuardedBuffer.allocate(arg.name, poisoned(shape, dtype), device, guard)
-        return cls(buffers)
+            value = integer_poison(dtype, (goldens or {}).get(arg.name))
+            if value is not None:
+                poison[arg.name] = value
+            buffers[arg.name] = GuardedBuffer.allocate(arg.name, poisoned(shape, dtype, value), device, guard)
+        return cls(buffers, poison)
 
     def restore(self, ci: CaseInputs) -> None:
         """Every buffer back to the bytes ``allocate`` gave it, in place: a repeat of the case
@@ -223,7 +268,8 @@ class Buffers:
             self.by_name[arg.name].fill(ci.args[arg.name])
         for arg in ci.op.outputs:
             buf = self.by_name[arg.name]
-            buf.fill(poisoned((), buf.view.dtype).to(buf.view.device).expand(buf.view.shape))
+            value = self.poison.get(arg.name)
+            buf.fill(poisoned((), buf.view.dtype, value).to(buf.view.device).expand(buf.view.shape))
 
     @property
     def nbytes(self) -> int:
@@ -244,12 +290,13 @@ def kernel_kwargs(ci: CaseInputs, device: torch.device, buffers: Buffers) -> dic
 
 
 def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: Callable[[], None],
-           buffers: Buffers | None = None, dump: Callable[..., None] | None = None) -> Launched:
+           buffers: Buffers | None = None, dump: Callable[..., None] | None = None,
+           goldens: dict[str, torch.Tensor] | None = None) -> Launched:
     """One call of ``kernel``; ``buffers``: guarded buffers in their pre-launch state (a repeat's,
     restored), else allocated here.  ``dump``: passed as ``dump=`` to a kernel that declares
     that parameter (docs/intermediates.md); any other kernel is called as without it."""
     if buffers is None:
-        buffers = Buffers.allocate(ci, device)
+        buffers = Buffers.allocate(ci, device, goldens)
     kwargs = kernel_kwargs(ci, device, buffers)
 
     verify_signature(kernel, kwargs, ci.op.name)
@@ -267,4 +314,5 @@ def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: 
         returned=_returned_problem(ret, [by_name[a.name] for a in ci.op.outputs], ci.op.returns_by_name),
         inputs_written=seal.written(),
         buffers=buffers,
+        poison=dict(buffers.poison),
     )
