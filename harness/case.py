@@ -12,6 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from harness import packs
+from harness.packs import PackView
+
 
 @dataclass(frozen=True)
 class Geometry:
@@ -45,27 +48,12 @@ TINY = Geometry(
 )
 
 
-class _Presets(Mapping):
-    """Geometry presets a case file may name: every pack's, then ``tiny`` (read on each access)."""
-
-    def _table(self) -> dict[str, Geometry]:
-        from harness import packs
-        table: dict[str, Geometry] = {}
-        for pack in packs.packs():
-            table.update(pack.presets)
-        return {**table, "tiny": TINY}
-
-    def __getitem__(self, name: str) -> Geometry:
-        return self._table()[name]
-
-    def __iter__(self):
-        return iter(self._table())
-
-    def __len__(self) -> int:
-        return len(self._table())
+def _presets() -> dict[str, Geometry]:
+    return {**packs.presets(), "tiny": TINY}
 
 
-PRESETS: Mapping[str, Geometry] = _Presets()
+# Geometry presets a case file may name: every pack's, then ``tiny``.
+PRESETS: Mapping[str, Geometry] = PackView(_presets)
 
 
 def shape_sizes(geo: Geometry, *, max_blocks: int | None = None, num_pages: int | None = None,
@@ -156,7 +144,6 @@ DEFAULT_PRECISION = "fp32-compute"
 def default_tolerance(op: str, name: str, precision: str = DEFAULT_PRECISION) -> Tolerance:
     """What ``name`` of ``op`` is compared with when the case file gives no tolerance: its pack's
     for the precision preset, else its pack's default, else the generic one."""
-    from harness import packs
     declared = packs.find(op)
     if declared is not None:
         preset = declared.precision_tolerances.get(precision, {})

@@ -23,6 +23,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from harness import packs
+from harness.packs import PackView
+
 
 @dataclass(frozen=True)
 class Arg:
@@ -87,27 +90,9 @@ def resolve_shape(shape: tuple[str, ...], sizes: Mapping[str, int]) -> tuple[int
     return dims
 
 
-class _PackOps(Mapping):
-    """Every pack's op contracts by name (harness/packs/): read through on each access, the packs
-    loaded on first use."""
-
-    def _table(self) -> dict[str, OpSpec]:
-        from harness import packs
-        return {name: e.contract for name, e in packs.ops().items()}
-
-    def __getitem__(self, op: str) -> OpSpec:
-        return self._table()[op]
-
-    def __iter__(self):
-        return iter(self._table())
-
-    def __len__(self) -> int:
-        return len(self._table())
-
-
-# op name -> contract, for every op of every pack (harness/packs/; the Qwen3 ops' are in
+# op name -> contract, for every op of every pack (harness/packs/; the Qwen3 ops' in
 # harness/packs/qwen3/contracts.py)
-OPS: Mapping[str, OpSpec] = _PackOps()
+OPS: Mapping[str, OpSpec] = PackView(packs.contracts)
 
 
 def spec_op(spec: Mapping) -> OpSpec:

@@ -10,25 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-
-class _PackKernels(Mapping):
-    """name -> {op -> "module:callable"}: every pack's builtin kernels (``Pack.kernels``), merged."""
-
-    def _table(self) -> dict[str, dict[str, str]]:
-        from harness import packs
-        return packs.kernels()
-
-    def __getitem__(self, kernel: str) -> dict[str, str]:
-        return self._table()[kernel]
-
-    def __iter__(self):
-        return iter(self._table())
-
-    def __len__(self) -> int:
-        return len(self._table())
+from harness import packs
+from harness.packs import PackView
 
 
-BUILTINS: Mapping[str, Mapping[str, str]] = _PackKernels()
+# name -> {op -> "module:callable"}: every pack's builtin kernels (``Pack.kernels``), merged
+BUILTINS: Mapping[str, Mapping[str, str]] = PackView(packs.kernels)
 
 
 def is_import_path(kernel: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from importlib import metadata
 
@@ -101,6 +102,7 @@ def pack_of(op: str) -> Pack:
         raise KeyError(f"no op {op!r} in any pack; known: {', '.join(_entries())}") from None
 
 
+@lru_cache(maxsize=None)
 def kernels() -> dict[str, dict[str, str]]:
     """Every builtin kernel name -> {op -> "module:callable"}, the packs' tables merged."""
     out: dict[str, dict[str, str]] = {}
@@ -110,6 +112,39 @@ def kernels() -> dict[str, dict[str, str]]:
     return out
 
 
+@lru_cache(maxsize=None)
+def contracts() -> dict:
+    """Every op's contract (``OpSpec``) by name."""
+    return {name: e.contract for name, e in ops().items()}
+
+
+@lru_cache(maxsize=None)
+def presets() -> dict:
+    """Every pack's geometry presets by name."""
+    return {name: geo for pack in packs() for name, geo in pack.presets.items()}
+
+
+class PackView(Mapping):
+    """A read-only table built from the packs on first access, not at import: how the low modules
+    (``harness.ops.OPS``, ``harness.registry.BUILTINS``, ``harness.case.PRESETS``) offer what the
+    packs declare while the packs themselves are written with those modules."""
+
+    def __init__(self, table: Callable[[], Mapping]) -> None:
+        self._table = table
+
+    def __getitem__(self, key):
+        return self._table()[key]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __repr__(self) -> str:
+        return f"PackView({dict(self._table())!r})"
+
+
 def resolve(path: str):
     """The object a worker-side import path names: ``module:attribute``, or ``module`` itself."""
     module_name, _, attr = path.partition(":")
@@ -117,5 +152,5 @@ def resolve(path: str):
     return getattr(module, attr) if attr else module
 
 
-__all__ = ["BUILTIN_PACKS", "ENTRY_POINT_GROUP", "OpEntry", "PACKS_ENV", "Pack", "PackError", "entry", "find",
-           "kernels", "ops", "pack_of", "packs", "resolve"]
+__all__ = ["BUILTIN_PACKS", "ENTRY_POINT_GROUP", "OpEntry", "PACKS_ENV", "Pack", "PackError", "PackView", "contracts",
+           "entry", "find", "kernels", "ops", "pack_of", "packs", "presets", "resolve"]
