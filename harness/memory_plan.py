@@ -45,8 +45,8 @@ GOLDEN_DTYPE_BYTES = {"fp32": 4, "fp64": 8}
 # Every dtype a contract or a spec op's tensor may have (harness/worker/spec_module.py), by its torch
 # name; one it does not know counts as the widest (``dtype_bytes``), so a plan is never low.
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4, "int16": 2,
-                    "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-                    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "int": 8, "float": 8}
+               "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+               "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1}
 # launch.py's smallest guard band, each side of every writable buffer.
 MIN_GUARD_BYTES = 4096
 # What the allocator itself moves a case's peak by between runs (measured: 50.3-51.0 MB for one

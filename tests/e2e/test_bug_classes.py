@@ -90,3 +90,12 @@ def test_root_cause_names_the_device_fault_and_keeps_the_cascade(bug_results):
     fault = results["npu-fault"]
     assert fault["label"] == "FAIL_507018"            # the code printed; the AICore exception is the cause
     assert "FAIL_507018" in fault["metrics"]["secondary"]
+
+
+def test_outcomes_and_labels_are_those_before_the_op_packs(bug_results):
+    """Issue 36: moving the five ops into a pack changed no outcome and no label.  The record is
+    this matrix run at 700c223, before the move (tests/e2e/data/outcomes_before_packs.json)."""
+    results, doc = bug_results
+    before = json.loads((ROOT / "tests" / "e2e" / "data" / "outcomes_before_packs.json").read_text())["bugs"]
+    now = {r["case_id"]: [r["outcome"], r["label"]] for r in doc["results"]}
+    assert {cid: now.get(cid) for cid in before} == before
