@@ -106,7 +106,7 @@ def load_sets(names: list[str], tmp: Path):
 def kernel_case(case, kernel: str):
     """``case`` run by ``kernel``, or None when the kernel lacks the op."""
     import importlib
-    from harness.registry import BUILTINS
+    from harness.ops.registry import BUILTINS
     if kernel in BF16_ONLY and case.dtype != "bf16":
         return None
     if kernel.startswith("mutant:"):

@@ -57,7 +57,7 @@ BUGS = ("wrong_gqa", "missed_first_key", "unweighted_k_norm")
 
 def is_bug(kernel: str) -> bool:
     """An outside bug, or a builtin mutant (the shipped reference, triton and adapted kernels are correct)."""
-    from harness.registry import BUILTINS
+    from harness.ops.registry import BUILTINS
     return kernel in BUGS or any(".mutants." in target for target in BUILTINS.get(kernel, {}).values())
 PASSING = ("PASS", "NEAR_TIE")
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.casefiles import load_paths
     from harness.devices import Device, backend
     from harness.goldens.cache import GoldenCache
-    from harness.registry import BUILTINS
+    from harness.ops.registry import BUILTINS
     from harness.worker import checks
     from harness.worker.execute import KernelLoader, execute_case
 

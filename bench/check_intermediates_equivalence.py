@@ -32,7 +32,7 @@ import torch
 from harness.casefiles import load_paths
 from harness.devices import Device, backend
 from harness.goldens.cache import GoldenCache
-from harness.registry import BUILTINS
+from harness.ops.registry import BUILTINS
 from harness.worker.execute import KernelLoader, execute_case
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -58,7 +58,7 @@ PRESETS: Mapping[str, Geometry] = PackView(_presets)
 
 def shape_sizes(geo: Geometry, *, max_blocks: int | None = None, num_pages: int | None = None,
                 rows: int | None = None) -> dict[str, int]:
-    """The shape symbols of ``harness/ops.py`` in numbers (docs/contracts.md): those of the geometry,
+    """The shape symbols of ``harness/ops/__init__.py`` in numbers (docs/contracts.md): those of the geometry,
     and those a case derives from its lengths (``MB``, ``max_pos``; ``N``; ``T``) when given."""
     sizes = {"B": geo.batch, "Hq": geo.num_heads, "Hkv": geo.num_kv_heads, "D": geo.head_dim, "P": geo.page_size,
              "H": geo.hidden, "I": geo.intermediate, "V": geo.vocab, "L": geo.num_layers}
@@ -218,7 +218,7 @@ class Case:
     precision: str = DEFAULT_PRECISION   # one of PRECISIONS: the tolerances' preset
     dtype: str = DEFAULT_DTYPE           # bf16 | fp16: the stored dtype of caches and bf16 outputs
     # A spec op's case (docs/specs.md): its module, golden, build params, comparators and the
-    # table of its tensors (``harness.ops.spec_op``); None: a builtin op of harness/ops.py
+    # table of its tensors (``harness.ops.spec_op``); None: a builtin op of harness/ops/__init__.py
     spec: dict[str, Any] | None = None
 
     @property

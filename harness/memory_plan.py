@@ -1,6 +1,6 @@
 """A case's memory, estimated from its geometry before anything is allocated (docs/cases.md, "Memory plan").
 
-Pure arithmetic over ``harness/ops.py`` and ``harness/case.py``: no torch, so the front end
+Pure arithmetic over ``harness/ops/__init__.py`` and ``harness/case.py``: no torch, so the front end
 can refuse a case no machine holds when the matrix is expanded, and skip one the device it
 is scheduled on cannot hold, before a worker allocates a byte.  The parts follow what the
 worker does with one case:
@@ -156,7 +156,7 @@ def golden_bytes(golden_dtype: str) -> int:
 
 
 def contract_plan(case: Case, golden_dtype: str = "fp32") -> MemoryPlan:
-    """A builtin op's plan from its contract (``harness/ops.py``) alone, its shapes resolved with
+    """A builtin op's plan from its contract (``harness/ops/__init__.py``) alone, its shapes resolved with
     ``rows_bound``: the inputs, caches and outputs in their dtypes, their guard bands, the pristine
     copy, generation and the checks, as the worker sizes them for any op.  What only the op's golden
     knows is bounded from above: it returns every output and every cache whole, each with an

@@ -25,7 +25,7 @@ TOP_KEYS = ("name", "command", "cwd", "env", "timeout_s", "matrix", "pass", "tie
 PASS_KEYS = ("exit_code", "regex", "not_regex")
 KERNEL_KEYS = ("op", "kernel")
 DEFAULT_TIMEOUT_S = 600
-COMMAND_OP = "command"           # Case.op of a command case: it names no op of harness/ops.py
+COMMAND_OP = "command"           # Case.op of a command case: it names no op of harness/ops/__init__.py
 _AXIS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

@@ -36,7 +36,7 @@ from harness.casefiles.values import (
 )
 from harness.memory_plan import human_bytes
 from harness.ops import OPS
-from harness.registry import BUILTINS
+from harness.ops.registry import BUILTINS
 
 __all__ = ["INCLUDE_KEYS", "TOP_KEYS", "load_kernel_matrix"]
 

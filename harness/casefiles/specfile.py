@@ -33,7 +33,7 @@ from harness.casefiles.values import MAX_SEED, MAX_TIMEOUT_S, CaseFileError, cas
 from harness.comparators import parse_comparator
 from harness.memory_plan import human_bytes
 from harness.ops import OPS
-from harness.registry import is_import_path, is_module_path
+from harness.ops.registry import is_import_path, is_module_path
 
 TOP_KEYS = ("name", "spec", "golden", "kernel", "params", "seeds", "seed", "matrix", "rtol", "atol",
             "max_error_ratio", "compare", "tier", "timeout_s", "env")

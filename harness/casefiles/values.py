@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 from harness.case import ATTENTION_SPREADS, DEFAULT_ATTENTION, DEFAULT_DTYPE, DEFAULT_PRECISION, DTYPES, GEOMETRY_FIELDS, PRECISIONS, PRESETS, SeqLens, SlotMode
 from harness.casefiles.located import LocatedError, Node, Where, did_you_mean, refuse_long_integer, wrap
 from harness.ops import OPS
-from harness.registry import BUILTINS, is_import_path
+from harness.ops.registry import BUILTINS, is_import_path
 
 __all__ = [
     "CASE_KEYS",

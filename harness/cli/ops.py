@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.abi import contract_rows, markdown_table, spec_layouts, text_table
+from harness.ops.abi import contract_rows, markdown_table, spec_layouts, text_table
 from harness.case import GEOMETRY_FIELDS, PRESETS, Case, Geometry, SeqLens, SlotMode, shape_sizes
 from harness.casefiles.located import did_you_mean
 from harness.cli.common import EXIT_OK

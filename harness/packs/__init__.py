@@ -126,7 +126,7 @@ def presets() -> dict:
 
 class PackView(Mapping):
     """A read-only table built from the packs on first access, not at import: how the low modules
-    (``harness.ops.OPS``, ``harness.registry.BUILTINS``, ``harness.case.PRESETS``) offer what the
+    (``harness.ops.OPS``, ``harness.ops.registry.BUILTINS``, ``harness.case.PRESETS``) offer what the
     packs declare while the packs themselves are written with those modules."""
 
     def __init__(self, table: Callable[[], Mapping]) -> None:

@@ -30,7 +30,7 @@ from harness.files import user_cache_dir
 from harness.formats import one_line
 from harness.logs import LOG_CAP_BYTES
 from harness.path_kinds import refuse_special_path, require_directory
-from harness.registry import BUILTINS, is_kernel_name
+from harness.ops.registry import BUILTINS, is_kernel_name
 from harness.run.engine import RunOptions
 from harness.run.pool import worker_env
 from harness.run.spawn import WorkerOptions

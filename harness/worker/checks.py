@@ -179,7 +179,7 @@ def _span(offsets: list[int]) -> str:
 
 # -- read-only inputs -------------------------------------------------------------
 
-# What an input's dimension indexes, by its shape symbol (harness/ops.py); ``X*D`` columns are
+# What an input's dimension indexes, by its shape symbol (harness/ops/__init__.py); ``X*D`` columns are
 # heads of D.  Other dims (D, H, ...) are not localised.
 _INPUT_AXES = {"B": "batch", "T": "token", "max_pos": "position", "MB": "block", "Hq*D": "head",
                "Hkv*D": "kv_head"}

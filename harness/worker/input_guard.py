@@ -1,6 +1,6 @@
 """Writes into read-only inputs (runs in the device worker; docs/contracts.md, "Checks and outcomes").
 
-Every tensor the op contract gives the role ``input`` (``harness/ops.py``) is copied on its
+Every tensor the op contract gives the role ``input`` (``harness/ops/__init__.py``) is copied on its
 own device right before the launch and compared with that copy bit for bit after the
 device is synchronized.  A copy, not a digest: one ``clone`` and one ``torch.equal`` per
 input cost less than a digest in eager torch (which needs widened temporaries of the

@@ -15,7 +15,7 @@ import json
 import sys
 
 from harness.ops import OPS
-from harness.registry import target
+from harness.ops.registry import target
 from harness.worker.launch import ContractError, verify_signature
 
 OK, ABSENT, IMPORT, SIGNATURE = "ok", "absent", "import", "signature"

@@ -11,7 +11,7 @@ import importlib
 from typing import Callable
 
 from harness.provenance import kernel_origin
-from harness.registry import target as kernel_target
+from harness.ops.registry import target as kernel_target
 
 
 class KernelLoader:

@@ -2,7 +2,7 @@
 
 Each module reproduces one bug class seen in fused kernels (docs/contracts.md) and
 exposes a function per op it supports, named as the op (the builtin registry
-in ``harness/registry.py`` lists which).  Mutants reuse ``harness.kernels.reference``
+in ``harness/ops/registry.py`` lists which).  Mutants reuse ``harness.kernels.reference``
 and change one step, so everything but the bug is the reference's behaviour:
 
 - ``unguarded_slot_write``: cache rows written for ``slot < 0`` via raw offsets (out of bounds; 507018).

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from harness.kernels.reference import ReferenceKernel, for_every_op
 from harness.ops import OPS
-from harness.registry import target
+from harness.ops.registry import target
 
 MUTANT_VAR = "HARNESS_MUTANT"
 KERNEL_VAR = "HARNESS_MUTANT_KERNEL"

@@ -82,7 +82,7 @@ def test_the_wheel_installs_only_under_harness(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"harness"}
     for needed in ("harness/goldens/__init__.py", "harness/goldens/cache.py", "harness/kernels/reference.py",
-                   "harness/kernels/mutants/racy_head.py", "harness/classify/builtin.yaml", "harness/registry.py"):
+                   "harness/kernels/mutants/racy_head.py", "harness/classify/builtin.yaml", "harness/ops/registry.py"):
         assert needed in names
     # every package folder of the source tree made it into the wheel
     for init in [*ROOT.glob("harness/**/__init__.py"), *ROOT.glob("goldens/**/__init__.py"),

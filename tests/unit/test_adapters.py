@@ -328,7 +328,7 @@ CHECK_SHIPPED = """
 import importlib, inspect
 from harness.adapters import Adapted
 from harness.ops import OPS
-from harness.registry import BUILTINS
+from harness.ops.registry import BUILTINS
 for name in %r:
     for op, target in BUILTINS[name].items():
         module, _, attr = target.partition(":")

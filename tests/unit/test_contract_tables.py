@@ -1,4 +1,4 @@
-"""``harness ops``: the contract tables printed from harness/ops.py, equal to docs/contracts.md's,
+"""``harness ops``: the contract tables printed from harness/ops/__init__.py, equal to docs/contracts.md's,
 with shapes in numbers that are the worker's own."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 import pytest
 
 from harness import packs
-from harness.abi import contract_rows
+from harness.ops.abi import contract_rows
 from harness.packs.qwen3.contracts import LAYOUTS
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.cli import main

@@ -17,7 +17,7 @@ from harness.devices import Device, backend
 from harness.goldens.cache import GoldenCache
 from harness.ops import OPS
 from harness.worker.execute import KernelLoader, execute_case
-from harness.registry import BUILTINS
+from harness.ops.registry import BUILTINS
 from harness.worker.input_guard import InputSeal
 from harness.worker.inputs import generate
 from helpers import KERNELS_UNDER_TEST, ROOT

@@ -8,7 +8,7 @@ import pytest
 from harness.casefiles import load_paths
 from harness.cli.parser import build_parser
 from harness.errors import UsageError
-from harness.registry import BUILTINS, is_kernel_name, target
+from harness.ops.registry import BUILTINS, is_kernel_name, target
 from harness.run.options import KernelError, KernelState, registry_states, with_kernel
 from helpers import ROOT
 

@@ -20,7 +20,7 @@ import torch
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.worker.inputs import CaseInputs, generate
 from harness.ops import OPS
-from harness.registry import BUILTINS
+from harness.ops.registry import BUILTINS
 import harness.kernels.reference as ref
 from harness.kernels.mutants import racy_head, returns_query, skip_rope, stale_kv, unguarded_slot_write
 

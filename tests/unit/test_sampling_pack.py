@@ -17,7 +17,7 @@ from harness.intermediates.spec import intermediates
 from harness.memory_plan import plan
 from harness.ops import OPS
 from harness.packs.sampling import inputs as sampling_inputs
-from harness.registry import BUILTINS
+from harness.ops.registry import BUILTINS
 from harness.worker.comparators import for_case
 from harness.worker.execute import KernelLoader, execute_case
 from harness.worker.inputs import generate, input_spec

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness.abi import contract_rows, spec_layouts
+from harness.ops.abi import contract_rows, spec_layouts
 from harness.audit.kill import survivor_reason
 from harness.audit.operators import (BY_NAME, INPUT_VAR, OUTPUT_VAR, SPEC_WRAPPER, applicable, mutated,
                                      value_outputs)

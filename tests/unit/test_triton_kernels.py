@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 import torch
 
-from harness import kernels, registry
+from harness import kernels
+from harness.ops import registry
 import harness.kernels.reference as ref
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.worker.inputs import CaseInputs, generate

@@ -44,7 +44,7 @@ STORED = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def arg_dtype(name: str, case: Case) -> torch.dtype:
-    """The torch dtype of an argument declared ``name`` in harness/ops.py, for ``case``: every
+    """The torch dtype of an argument declared ``name`` in harness/ops/__init__.py, for ``case``: every
     bf16 argument (caches, stored outputs, stored inputs and weights) follows ``case.dtype``."""
     return STORED[case.dtype] if name == "bfloat16" else DTYPES[name]
 _CANARY_PERIOD = 4093  # prime, so the pattern never lines up with rows or pages
