@@ -196,8 +196,18 @@ def run_nonce() -> str:
     return secrets.token_hex(16)
 
 
-def marker_env() -> dict[str, str]:
-    return {MARKER_ENV: run_nonce()}
+def marker_env(worker: str | None = None) -> dict[str, str]:
+    """The run's marker; a device worker's carries its name too (``<nonce>.<worker>``), so a process
+    its kernel left behind is told from one another worker's kernel left (``sweep(worker=...)``)."""
+    return {MARKER_ENV: run_nonce() if worker is None else f"{run_nonce()}.{worker}"}
+
+
+def worker_comm(marker: str) -> str:
+    """The name (``/proc/<pid>/comm``, 15 bytes) a forked worker gives itself from its marker: its
+    environment block is the zygote's, with the bare run marker, and so is that of a copy of it a
+    kernel forks without exec; the name is what such a copy keeps of its worker
+    (harness/worker/serve.py sets it, ``tests/workers/test_escaped_processes.py`` holds the two equal)."""
+    return ("harness." + marker.rpartition(".")[2])[:15]
 
 
 _own_lock = threading.RLock()
@@ -223,16 +233,41 @@ def disown(pid: int) -> None:
 
 
 def _environ_holds(pid: int, entry: bytes) -> bool:
+    """``entry`` (``NAME=value``) or a worker's ``NAME=value.<worker>`` is in the process's environment."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            return entry in f.read().split(b"\0")
+            return any(e == entry or e.startswith(entry + b".") for e in f.read().split(b"\0"))
     except OSError:          # gone, or not ours to read
         return False
 
 
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def belongs_to(pid: int, worker: str) -> bool:
+    """A marked process is ``worker``'s: its environment holds that worker's marker (anything it
+    exec'd, or a copy of a spawned worker), or the bare run marker with the worker's name (a copy of a
+    forked worker that never exec'd)."""
+    own = f"{run_nonce()}.{worker}"
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return False
+    if f"{MARKER_ENV}={own}".encode() in entries:
+        return True
+    return f"{MARKER_ENV}={run_nonce()}".encode() in entries and _comm(pid) == worker_comm(own)
+
+
 def marked_processes(nonce: str | None = None) -> list[int]:
-    """The running processes of this uid whose environment holds ``MARKER_ENV=nonce`` (this front
-    end's by default); zombies left out.  Empty where there is no /proc."""
+    """The running processes of this uid whose environment holds ``MARKER_ENV=nonce`` or a worker's
+    ``MARKER_ENV=nonce.<worker>`` (this front end's nonce by default); zombies left out.  Empty where
+    there is no /proc."""
     entry = f"{MARKER_ENV}={nonce or run_nonce()}".encode()
     uid, found = os.getuid(), []
     try:
@@ -277,12 +312,13 @@ def helper_pids() -> set[int]:
 _DYING_GRACE_S = 0.3
 
 
-def sweep(keep: set[int] = frozenset()) -> list[str]:
+def sweep(keep: set[int] = frozenset(), worker: str | None = None) -> list[str]:
     """SIGKILL every marked process that is not this front end, one of its helpers, a process it
     started and still runs (``own``), ``keep``, or below one of those (a running case's children are
-    its worker's business); returns ``pid N (command line)`` for each, to be reported.  A worker
-    just stopped, and what was below it, were sent SIGKILL already and are gone within moments:
-    what is found is given ``_DYING_GRACE_S`` to end before it counts."""
+    its worker's business); returns ``pid N (command line)`` for each, to be reported.  ``worker``:
+    only that worker's (``belongs_to``), the others left to their own worker's sweep or the run's
+    last.  A worker just stopped, and what was below it, were sent SIGKILL already and are gone
+    within moments: what is found is given ``_DYING_GRACE_S`` to end before it counts."""
     with _own_lock:
         spared = {os.getpid(), *helper_pids(), *_own, *keep}
         for pid in list(_own):
@@ -290,7 +326,8 @@ def sweep(keep: set[int] = frozenset()) -> list[str]:
         killed: list[str] = []
         signalled: set[int] = set()
         for round_ in range(_KILL_ROUNDS):     # what a killed one forked meanwhile is found on the next pass
-            strays = [p for p in marked_processes() if p not in spared]
+            strays = [p for p in marked_processes() if p not in spared
+                      and (worker is None or belongs_to(p, worker))]
             if strays and round_ == 0:
                 deadline = time.monotonic() + _DYING_GRACE_S
                 while strays and time.monotonic() < deadline:

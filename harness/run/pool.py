@@ -170,7 +170,7 @@ class DeviceWorker:
                              *self._device_log_dir(env, case_env))
 
     def _env(self, case_env: dict[str, str]) -> dict[str, str]:
-        env = {**worker_env(self.options, case_env, self.device), **marker_env()}     # the run's marker: item 4
+        env = {**worker_env(self.options, case_env, self.device), **marker_env(self.name)}  # the run's marker: item 4
         if self.device.kind == "npu" or self.options.device_logs:
             env.update(devicelogs.log_env(self.options.log_dir, f"{self.name}.{self.starts}", str(self.device), env))
         return env
@@ -374,11 +374,12 @@ class DeviceWorker:
         return self._strays(result)
 
     def _strays(self, result: Result) -> Result:
-        """Processes with the run's marker that left every worker's tree (the kernel turned the
+        """Processes with this worker's marker that left every worker's tree (the kernel turned the
         subreaper off and double-forked, or cloned with CLONE_PARENT): killed now and blamed on the
-        case that just ended (its ``CONTRACT`` when it passed; in a run on several devices they may
-        be another device's).  A worker's own descendants are its hygiene's business."""
-        killed = sweep()
+        case that just ended (its ``CONTRACT`` when it passed).  Another worker's are left to that
+        worker's case (a clean case that ends while another worker's kernel escapes is not blamed).
+        A worker's own descendants are its hygiene's business."""
+        killed = sweep(worker=self.name)
         if not killed:
             return result
         text = (f"{len(killed)} process(es) with this run's marker outside every worker's process tree "

@@ -224,6 +224,24 @@ def become_forked_child(env: dict[str, str], log_path: str, front_end_pid: int) 
     os.environ.update(env)
 
 
+# harness/processes.py MARKER_ENV and worker_comm, restated: the worker imports nothing of the front
+# end (tests/workers/test_escaped_processes.py holds them equal).
+_MARKER_ENV = "HARNESS_RUN_NONCE"
+_PR_SET_NAME = 15
+
+
+def _name_after_marker(marker: str) -> None:
+    """A forked worker's process name from its marker (``harness.<worker>``): its environment block
+    is the zygote's, so a copy of it that never exec's keeps only this to say whose it is."""
+    if not marker:
+        return
+    name = ("harness." + marker.rpartition(".")[2])[:15].encode()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+    except (OSError, AttributeError):      # no prctl (not Linux): the bare marker still finds it at run end
+        pass
+
+
 def forked_main(conn: Connection, device_text: str, golden_dtype: str,
                 env: dict[str, str], log_path: str, front_end_pid: int) -> None:
     """Entry point of a worker forked from the CPU zygote (``spawn.ZYGOTE_PRELOAD`` imported, nothing run).
@@ -232,6 +250,7 @@ def forked_main(conn: Connection, device_text: str, golden_dtype: str,
     session, its log as stdout/stderr, the run's environment and PYTHONPATH, its lifeline.
     """
     become_forked_child(env, log_path, front_end_pid)
+    _name_after_marker(env.get(_MARKER_ENV, ""))
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))    # as a fresh interpreter reads it
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:0] = [p for p in paths if p not in sys.path]

@@ -102,3 +102,58 @@ def test_a_process_started_between_cases_is_deferred_and_dies_with_the_worker(tm
             break
         time.sleep(0.01)
     assert _gone(late)
+
+
+def _stray(tmp_path, marker: str, comm: str | None = None) -> "subprocess.Popen":
+    """A process outside every worker's tree carrying ``marker`` (and, given, ``comm`` as its name):
+    what another worker's kernel left, as the sweep finds it."""
+    import subprocess
+    import sys
+
+    from harness.processes import MARKER_ENV
+    code = ("import ctypes, sys, time\n"
+            "n = sys.argv[1].encode()\n"
+            "n and ctypes.CDLL(None).prctl(15, ctypes.c_char_p(n), 0, 0, 0)\n"
+            "time.sleep(60)\n")
+    env = {k: v for k, v in os.environ.items() if k != MARKER_ENV}
+    return subprocess.Popen([sys.executable, "-c", code, comm or ""], env={**env, MARKER_ENV: marker},
+                            start_new_session=True)
+
+
+def test_a_stray_of_another_worker_is_not_blamed_on_this_workers_clean_case(make_worker, tmp_path):
+    """Two workers run cases at once: what one's kernel left outside every tree is swept and blamed
+    at the end of that worker's case, not at the end of the other's clean case (it was: a clean
+    reference case got CONTRACT in a two-worker run, 1 of 3 CI runs)."""
+    from harness.processes import belongs_to, marker_env, run_nonce, sweep, worker_comm
+    other = _stray(tmp_path, marker_env("w1")["HARNESS_RUN_NONCE"])                  # exec'd: w1's marker
+    copy = _stray(tmp_path, run_nonce(), comm=worker_comm(f"{run_nonce()}.w1"))    # a forked w1's copy
+    try:
+        for _ in range(200):
+            if all(os.path.exists(f"/proc/{p.pid}/environ") for p in (other, copy)) and \
+                    open(f"/proc/{copy.pid}/comm").read().strip() == worker_comm(f"{run_nonce()}.w1"):
+                break
+            time.sleep(0.01)
+        assert belongs_to(other.pid, "w1") and belongs_to(copy.pid, "w1")
+        assert not belongs_to(other.pid, "w0") and not belongs_to(copy.pid, "w0")
+        worker = make_worker(True)                                      # w0
+        clean = worker.run(case("reference", "clean", tmp_path), tmp_path / "clean.log")
+        assert clean.outcome is Outcome.PASS, clean.summary
+        assert not _gone(other.pid) and not _gone(copy.pid)             # left to w1's case
+        killed = sweep(worker="w1")
+        assert {f"pid {other.pid}", f"pid {copy.pid}"} <= {k.split(" (")[0] for k in killed}
+    finally:
+        for p in (other, copy):
+            p.kill()
+            p.wait()
+
+
+def test_a_forked_worker_names_itself_as_the_front_end_reads_it(make_worker, tmp_path):
+    """The worker's process name is the front end's ``worker_comm`` of its marker (restated in
+    harness/worker/serve.py, which imports nothing of the front end)."""
+    from harness.processes import MARKER_ENV, run_nonce, worker_comm
+    from harness.worker import serve
+    assert serve._MARKER_ENV == MARKER_ENV
+    worker = make_worker(True)
+    assert worker.run(case("reference", "one", tmp_path), tmp_path / "one.log").outcome is Outcome.PASS
+    pid = worker.current.proc.pid
+    assert open(f"/proc/{pid}/comm").read().strip() == worker_comm(f"{run_nonce()}.w0")
