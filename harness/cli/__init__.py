@@ -8,13 +8,16 @@ command quietly with 141, the shell's code for a command killed by SIGPIPE.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import threading
+import time
 
 from harness import trace
 from harness.cli.audit import cmd_audit
 from harness.cli.bisect import GIT_BAD, GIT_GOOD, GIT_SKIP, cmd_bisect, cmd_bisect_run
-from harness.cli.common import EXIT_INTERNAL, EXIT_USAGE, check_output_flags, check_path_flags
+from harness.cli.common import EXIT_INTERNAL, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, check_output_flags, check_path_flags
 from harness.cli.compare import cmd_compare
 from harness.cli.dumps import cmd_dumps
 from harness.cli.flake import cmd_flake
@@ -35,11 +38,38 @@ COMMANDS = {"list": cmd_list, "run": cmd_run, "flake": cmd_flake, "compare": cmd
 
 
 def main(argv: list[str] | None = None) -> int:
+    command_line = argv is None
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bisect-run"]:
         return _git_safe(argv)
     args = build_parser().parse_args(argv)
-    return _dispatch(args)
+    code = _dispatch(args)
+    if command_line and code in (EXIT_SIGINT, EXIT_SIGTERM):
+        _leave_promptly(code)
+    return code
+
+
+INTERRUPT_EXIT_S = 10.0
+
+
+def _leave_promptly(code: int) -> None:
+    """After an interrupt the command has said what it saved and closed its store, workers and golden
+    process; the interpreter would still join every helper thread (an executor's, waiting on a
+    process the interrupt cut short) and run the exit hooks (multiprocessing's joins its children)
+    before it ends.  Give the threads ``INTERRUPT_EXIT_S``, then end with ``code``: an interrupted
+    harness must end (a bisect stopped by SIGTERM once sat for minutes after printing how to resume
+    it, 1 of 4 fresh CI runs)."""
+    deadline = time.monotonic() + INTERRUPT_EXIT_S
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    waiting = [t.name for t in threading.enumerate() if t.is_alive() and not t.daemon and t is not threading.main_thread()]
+    if waiting:
+        trace.log.debug("exit %d with helper threads still waiting: %s", code, ", ".join(waiting))
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _git_safe(argv: list[str]) -> int:
@@ -70,7 +100,7 @@ def _dispatch(args) -> int:
         return EXIT_INTERNAL
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_SIGINT
     except BrokenPipeError:   # the reader of stdout went away (`harness history ... | head`): nothing to say
         _stdout_to_devnull()
         return EXIT_BROKEN_PIPE

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -15,9 +14,9 @@ from harness.bisect.prior import parse_p_prior
 from harness.bisect.driver import CLEAN, SIGHTED, Signature, observe
 from harness.bisect.search import Conclusion
 from harness.commands.selection import deciding, failing_ids, unmatched
-from harness.cli.common import (EXIT_FAILED, EXIT_OK, devices, engine_options, env_line, load_cases,
-                                no_kernel_on_resume, open_store, outputs, publisher, ref_setup, resume_command,
-                                session_golden_cache)
+from harness.cli.common import (EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, devices, engine_options, env_line,
+                                load_cases, no_kernel_on_resume, open_store, outputs, publisher, ref_setup,
+                                resume_command, session_golden_cache)
 from harness.devices import parse_device
 from harness.errors import UsageError
 from harness.formats import printable
@@ -37,7 +36,6 @@ from harness.store import Store
 # `git bisect run` aborts on any other exit code.
 GIT_GOOD, GIT_BAD, GIT_SKIP = 0, 1, 125
 # The shell's codes for a process ended by SIGINT and SIGTERM.
-EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
 
 
 def cmd_bisect(args) -> int:

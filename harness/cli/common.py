@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import os
 import shlex
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -31,6 +32,7 @@ from harness.store import MemoryStore, Store
 # README: 0 every case passed (or was skipped), 1 some case failed, 2 bad usage or bad
 # case files, 3 the harness itself broke.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM     # a command interrupted, as a shell says it
 
 
 def load_kernel_paths(args) -> tuple[str, ...]:
