@@ -273,7 +273,8 @@ def run_compare(runner: RefRunner, store: Store, plan: ComparePlan, commits: lis
     None).  ``reporter(name, total)`` gives a context manager with ``started``/``finished`` (the
     terminal) for each ref.  A latency compare (``plan.latency``) runs the refs in rounds instead:
     repeat r of every case on each ref in turn (A, B, then B, A: an order effect cancels), each
-    ref's workers kept warm between its rounds, one child run per ref and round (docs/latency.md)."""
+    ref's workers fresh in every round (a worker's own speed would otherwise bias every round the
+    same way), one child run per ref and round (docs/latency.md)."""
     parent, names = done.parent, done.names
     everything = plan.planned()
     have: dict[str, set] = {}
@@ -333,6 +334,7 @@ def run_compare(runner: RefRunner, store: Store, plan: ComparePlan, commits: lis
                 in_round = [Planned(i, c, r) for i, c in enumerate(pending)]
                 for name, commit in (commits if r % 2 == 0 else commits[::-1]):
                     visit(name, commit, in_round)
+                runner.new_round()
                 if r + 1 >= MIN_ROUNDS:
                     pending = undecided(pending, done.results, names, plan.latency["threshold"])
                 if not pending:

@@ -3,8 +3,8 @@ slower than the good commit's by more than PCT (docs/latency.md).
 
 Each step is a latency compare (``harness.refs.compare``) of the good commit against the step's
 commit, in rounds until the verdict is decided (``MIN_ROUNDS``, then more while UNSURE, up to
-``max_rounds``), the good commit's workers kept warm through the session so every step is
-measured against it in the same conditions.  A step is *slow* when a case is SLOWER, *not slow*
+``max_rounds``), every ref's workers new in every round (``RefRunner.new_round``), so a
+worker's own speed is round noise, not a bias every round shares.  A step is *slow* when a case is SLOWER, *not slow*
 when every case is SAME or FASTER, and *unsure* otherwise (UNSURE after every round, a failing
 case, a build error): an unsure commit is skipped as ``git bisect skip`` would, never guessed,
 and when skips leave several candidates the answer is the range, not a pick.

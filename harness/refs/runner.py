@@ -84,12 +84,20 @@ class RefRunner:
         self.store = store
         self.worktrees = worktrees or refs.Worktrees(setup.repo, setup.cache_dir)
         self._engine: tuple[str, Engine] | None = None     # the last ref's warm workers (bisect reruns a commit)
-        # warm_refs: every ref's workers kept warm (a latency compare alternates refs round by round)
+        # warm_refs: every ref's workers kept while a latency compare alternates refs within a round
+        # (new_round closes them between rounds)
         self._warm: dict[str, Engine] | None = {} if warm_refs else None
 
     def close(self) -> None:
         self._drop_engine()
         self.worktrees.close()
+
+    def new_round(self) -> None:
+        """Every ref's workers closed: the next run of each starts fresh ones.  A latency compare calls
+        it between rounds, because each worker process has a speed of its own that lasts as long as
+        it does (docs/latency.md, "Each worker process has its own speed"): kept across rounds, one
+        ref's worker a few percent faster than the other's makes identical refs FASTER in every round."""
+        self._drop_engine()
 
     def _drop_engine(self) -> None:
         for engine in (self._warm or {}).values():
