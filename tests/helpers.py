@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import json
 import os
 import sqlite3
@@ -128,13 +130,14 @@ def outside_kernels_in_process(golden_root=None):
 
 def classify_collected(folder: Path, name: str, spec: dict):
     """A log of a collection (tests/fixtures/logs/*/collection.yaml) classified the way it was seen:
-    ``via: exit`` (a return code), ``timeout``, or an exception at launch (the default); as
-    bench/score_public_logs.py scores them."""
-    from harness.classify import classify_exception, classify_exit, classify_timeout, read_log
-    text = read_log(folder / name)
-    via = spec.get("via", "exception")
-    if via == "exit":
-        return classify_exit(spec["returncode"], text)
-    if via == "timeout":
-        return classify_timeout(2, text)
-    return classify_exception("launch", spec.get("exc_type", "RuntimeError"), spec.get("message", ""), "", text)
+    ``via: exit`` (a return code), ``timeout``, or an exception at launch (the default); the very
+    function bench/score_public_logs.py scores them with."""
+    return _score_public_logs().classify(folder, name, spec)
+
+
+@functools.cache
+def _score_public_logs():
+    spec = importlib.util.spec_from_file_location("score_public_logs", ROOT / "bench" / "score_public_logs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -18,6 +18,9 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from harness import packs
+from harness.ops import resolve_shape
+
 # Per intermediate: which axis names localise it (as the outputs' axes do).
 _AXES = {("rows", "Hq", "D"): ("row", "head", None), ("rows", "Hkv", "D"): ("row", "kv_head", None),
          ("rows", "H"): ("row", None)}
@@ -58,7 +61,6 @@ class Intermediate:
 def intermediates(op: str, num_layers: int = 0) -> tuple[Intermediate, ...]:
     """Every intermediate of ``op`` in dataflow order, as its pack declares them (``num_layers``:
     the case's layer count, for an op that stacks layers); none for an op that declares none."""
-    from harness import packs
     declared = packs.find(op)
     return declared.intermediates(num_layers) if declared is not None and declared.intermediates else ()
 
@@ -73,7 +75,6 @@ def declared(entries, tolerance: str) -> tuple[Intermediate, ...]:
 def tolerance_output(op: str, item: Intermediate) -> str:
     """The output whose tolerance ``item`` is compared with: the one its pack names for every
     intermediate of the op, else its own nearest output."""
-    from harness import packs
     declared = packs.find(op)
     return (declared.intermediate_tolerance if declared is not None and declared.intermediate_tolerance
             else item.tolerance_of)
@@ -81,7 +82,6 @@ def tolerance_output(op: str, item: Intermediate) -> str:
 
 def shape_of(item: Intermediate, sizes: Mapping[str, int], rows: int) -> tuple[int, ...]:
     """The concrete shape of ``item`` for a case with these geometry ``sizes``."""
-    from harness.ops import resolve_shape
     return tuple(rows if sym == "rows" else resolve_shape((sym,), sizes)[0] for sym in item.shape)
 
 

@@ -77,6 +77,7 @@ def _entries() -> dict[str, tuple[Pack, OpEntry]]:
     return {op: (pack, entry) for pack in packs() for op, entry in pack.ops.items()}
 
 
+@lru_cache(maxsize=None)
 def ops() -> dict[str, OpEntry]:
     """Every op of every pack, by name, in the packs' order."""
     return {op: entry for op, (_, entry) in _entries().items()}

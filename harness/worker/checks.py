@@ -71,7 +71,6 @@ def _pack_findings(case: Case, ci: CaseInputs, launched: Launched, goldens: dict
     """What the op's pack checks of its own (``OpEntry.checks``), in the order it declares them."""
     if case.spec is not None:
         return []
-    from harness import packs
     declared = packs.find(case.op)
     found: list[Finding] = []
     for path in declared.checks if declared is not None else ():

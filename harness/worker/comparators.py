@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from harness import packs
 from harness.case import DEFAULT_LOGITS_TOLERANCE, Case, Tolerance
 from harness.comparators import Comparator, parse_comparator
 from harness.outcomes import Outcome
@@ -29,7 +30,6 @@ def for_case(case: Case) -> dict[str, Comparator]:
     """Output name -> its comparator: a spec case's ``compare:``, or what its op's pack declares
     (``OpEntry.compare``); empty for an op that declares none."""
     if case.spec is None:
-        from harness import packs
         declared = packs.find(case.op)
         return {name: parse_comparator(text) for name, text in (declared.compare if declared else {}).items()}
     return {name: parse_comparator(text) for name, text in (case.spec.get("compare") or {}).items()}
