@@ -21,6 +21,12 @@ SEQ_LEN = "seq_len"
 
 
 def cmd_ops(args) -> int:
+    if getattr(args, "spec", None) is not None:
+        if args.op is not None:
+            raise UsageError(f"--spec: give a module or an op ({args.op}), not both")
+        return spec_tables(args)
+    if getattr(args, "params", None) or getattr(args, "golden", None):
+        raise UsageError(f"{'--params' if args.params else '--golden'}: only with --spec MODULE")
     if args.op is not None and args.op.endswith((".yaml", ".yml")):
         return spec_tables(args)
     if args.op is not None and args.op not in OPS:
@@ -44,19 +50,25 @@ def cmd_ops(args) -> int:
 
 
 def spec_tables(args) -> int:
-    """``harness ops CASEFILE``: the table of each spec op the file's cases run (docs/specs.md), one
-    per distinct ``params``, shapes in numbers, with its memory plan and its INTERMEDIATES.  The
-    module is read as a run reads it (``harness.worker.spec_check``): the front end imports no torch."""
+    """``harness ops CASEFILE`` or ``harness ops --spec MODULE [--params K=V ...]``: the table of
+    each spec op the cases run (docs/specs.md), one per distinct ``params``, shapes in numbers,
+    with its memory plan and its INTERMEDIATES.  The module is read as a run reads it
+    (``harness.worker.spec_check``): the front end imports no torch."""
     from pathlib import Path
 
     from harness.casefiles import load_paths
     from harness.run.options import kernel_paths
 
     if args.geometry:
-        raise UsageError("--geometry: a spec op's shapes come from its params in the case file, not a geometry")
-    if not Path(args.op).is_file():
+        raise UsageError("--geometry: a spec op's shapes come from its params, not a geometry")
+    paths = kernel_paths(getattr(args, "kernel_path", None) or ())
+    if getattr(args, "spec", None) is not None:
+        cases = _flag_cases(args, paths)
+        args.op = f"--spec {args.spec}"
+    elif not Path(args.op).is_file():
         raise UsageError(f"harness ops: {args.op}: no such case file")
-    cases = load_paths([args.op], kernel_paths=kernel_paths(getattr(args, "kernel_path", None) or ()))
+    else:
+        cases = load_paths([args.op], kernel_paths=paths)
     seen: dict[str, Case] = {}
     for case in cases:
         if case.spec is not None:
@@ -76,6 +88,40 @@ def spec_tables(args) -> int:
                 f"{name} (consumes {', '.join(up) or 'the inputs only'})" for name, up in declared), sep="\n")
         print("", memory_line(case), sep="\n")
     return EXIT_OK
+
+
+def _flag_cases(args, paths) -> list[Case]:
+    """The cases of ``--spec MODULE --golden NAME --params K=V ...`` as a case file holding them
+    would give: each flag's values are checked as that file's keys are, and a bad one is named
+    by its flag.  No kernel runs, so the kernel key is a placeholder never imported."""
+    import yaml
+
+    from harness.casefiles.loader import MAX_CASES
+    from harness.casefiles.located import Where, wrap
+    from harness.casefiles.specfile import load_spec_matrix
+    from harness.casefiles.values import CaseFileError
+
+    params: dict[str, object] = {}
+    for item in args.params:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--params {item}: expected NAME=VALUE (e.g. --params rows=4; a list rows=[2,4] "
+                             f"gives a table per value)")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise UsageError(f"--params {item}: {text!r} is not a value (a number, a string, or a [list] of them)") from None
+        if key.strip() in params:
+            raise UsageError(f"--params {item}: {key.strip()} is given twice")
+        params[key.strip()] = value
+    top = {"name": "spec", "spec": wrap(args.spec, Where("--spec"), CaseFileError),
+           "kernel": wrap(f"{args.spec}:build_tensor_specs", Where("--spec"), CaseFileError)}
+    if args.golden is not None:
+        top["golden"] = wrap(args.golden, Where("--golden"), CaseFileError)
+    if params:
+        top["params"] = wrap(params, Where("--params"), CaseFileError)
+    root = wrap(top, Where("harness ops"), CaseFileError)
+    return load_spec_matrix(root, "--spec", MAX_CASES, tuple(paths))
 
 
 def parse_geometry(text: str) -> dict[str, int]:

@@ -338,6 +338,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "(docs/specs.md)")
     p_ops.add_argument("--kernel-path", action="append", default=[], metavar="DIR",
                        help="where a spec case file's module is found (docs/specs.md; repeatable)")
+    p_ops.add_argument("--spec", default=None, metavar="MODULE",
+                       help="a TensorSpec module's table without a case file (docs/specs.md)")
+    p_ops.add_argument("--params", action="append", default=[], metavar="NAME=VALUE",
+                       help="with --spec: a build_tensor_specs argument (repeatable; NAME=[A,B] a table per value)")
+    p_ops.add_argument("--golden", default=None, metavar="NAME",
+                       help="with --spec: the module's golden function (when it has several golden_*)")
     p_ops.add_argument("--geometry", default=None, metavar="PRESET[,FIELD=V...]",
                        help="shapes in numbers for a preset (tiny, qwen3-14b), fields overridden as in a case file "
                             "(tiny,batch=2); seq_len=N sizes MB, max_pos, N and T for sequences of N tokens")

@@ -8,7 +8,10 @@ whatever the op computes:
 - **another output's golden**: a mismatched output (or written cache rows) agrees with the
   golden of another output of the same shape: ``out holds what query should``;
 - **an input passed through**: a mismatched output that agrees with one of the case's inputs of
-  the same shape (``y holds input x as passed in``: stored from the wrong buffer).
+  the same shape (``y holds input x as passed in``: stored from the wrong buffer);
+- **a uniform scale** (asked last, after the pack's finders): a mismatched output whose ratio
+  actual / golden is the same, far from 1, in every row (``y is 0.5× the golden in every row``:
+  a scale or normalisation factor), judged as the intermediates' table judges one.
 
 Then, for an op of a pack, the pack's own finders (``Pack.hints``, in its order; the first that
 names something is the hint): evidence that reads what only its ops have (their caches, their
@@ -36,6 +39,7 @@ from harness.case import Case
 from harness.goldens import EXACT_SUFFIX
 from harness.outcomes import Outcome
 from harness.worker.checks import rounding_slack, stored_dtype
+from harness.worker.dumps_compare import scale_hint, scale_ratio
 from harness.worker.findings import Findings
 from harness.worker.case_inputs import CaseInputs
 from harness.worker.launch import Launched
@@ -66,13 +70,23 @@ def find_hint(case: Case, ci: CaseInputs, golden: dict[str, torch.Tensor], launc
                          compared[n].rows)]
     if passed:
         return "; ".join(passed)
-    if case.spec is not None or packs.find(case.op) is None:    # a spec op: no pack's finders
+    if case.spec is None and packs.find(case.op) is not None:    # a spec op: no pack's finders
+        for path in packs.pack_of(case.op).hints:
+            hint = packs.resolve(path)(case, ci, golden, compared, mismatched, golden_dtype)
+            if hint:
+                return hint
+    return "; ".join(h for h in (_scaled(n, compared[n], golden) for n in mismatched) if h)
+
+
+def _scaled(name: str, c: Compared, golden: dict[str, torch.Tensor]) -> str:
+    """``y is 0.5× the golden in every row: ...`` for an output off by one factor everywhere, or ""."""
+    if name not in golden or c.actual.dim() == 0:
         return ""
-    for path in packs.pack_of(case.op).hints:
-        hint = packs.resolve(path)(case, ci, golden, compared, mismatched, golden_dtype)
-        if hint:
-            return hint
-    return ""
+    actual, expected = c.actual, c.rows_of(golden[name].to(c.actual.device))
+    if c.rows is not None:                 # only the rows the checks read (padding rows hold anything)
+        keep = c.rows.to(actual.device)
+        actual, expected = actual[keep], expected[keep]
+    return scale_hint(name, scale_ratio(actual, expected)) if actual.numel() else ""
 
 
 @dataclass(frozen=True)

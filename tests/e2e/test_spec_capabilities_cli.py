@@ -18,7 +18,7 @@ OUTSIDE = ROOT / "tests" / "outside_specs"
 KERNELS = "mylib.gated_mlp_cpu"
 # case name -> the gated MLP kernel it runs (one case file each, all in one run)
 GATED = {"gated-ok": "gated_mlp_fwd", "gated-gelu": "bug_act_gelu", "gated-files": "bug_up_row1_files",
-         "gated-stores-x": "bug_stores_x"}
+         "gated-stores-x": "bug_stores_x", "gated-unscaled": "bug_store_unscaled"}
 ROTARY = """\
 name: rotary
 spec: mylib.rotary
@@ -78,6 +78,14 @@ def test_an_output_stored_from_an_input_is_hinted_on_a_spec_op(run):
     stored = run["gated-stores-x"]
     assert stored["outcome"] == "MISMATCH" and stored["hint"] == "y holds input x as passed in"
     assert stored["summary"].endswith("; hint: y holds input x as passed in")
+
+
+def test_an_output_off_by_one_factor_is_hinted_as_a_scale_on_a_spec_op(run):
+    unscaled = run["gated-unscaled"]
+    assert unscaled["outcome"] == "MISMATCH"
+    assert unscaled["metrics"]["intermediates"]["first_bad_intermediate"] is None    # the error is after act
+    assert unscaled["hint"] == "y is 0.125× the golden in every row: a scale or normalisation factor"
+    assert not run["gated-gelu"].get("hint")        # wrong everywhere, but by no one factor
 
 
 def test_no_builtin_rope_hint_fires_on_a_spec_op_named_like_one(run):
@@ -172,3 +180,27 @@ def test_audit_runs_the_generic_operators_around_a_spec_ops_kernel(audit):
     assert not mutants["out_is_query"]["applicable"]              # a builtin op's operator
     assert doc["coverage"] == []
     assert "coverage: no boundary condition applies" in proc.stdout
+
+
+def test_harness_ops_prints_a_spec_modules_table_without_a_case_file(tmp_path):
+    """`--spec MODULE --params K=V`: the same table as a case file holding those params gives."""
+    case_file = write_case_file(tmp_path, "g.yaml", _gated("gated", "gated_mlp_fwd", "[2, 4]"))
+    from_file = run_harness("ops", str(case_file), "--kernel-path", str(OUTSIDE), cwd=tmp_path)
+    from_flags = run_harness("ops", "--spec", "mylib.gated_mlp", "--params", "rows=[2, 4]", "--kernel-path",
+                             str(OUTSIDE), cwd=tmp_path)
+    assert from_flags.returncode == 0, from_flags.stdout + from_flags.stderr
+    assert from_flags.stdout == from_file.stdout
+    # a bad value is named by its flag, one line, exit 2
+    for argv, said in [(["--params", "rowz=2"], "--params: rowz: spec module mylib.gated_mlp: build_tensor_specs "
+                                                "does not take parameter 'rowz'"),
+                       (["--params", "rows"], "--params rows: expected NAME=VALUE"),
+                       (["--golden", "golden_x"], "--golden: spec module mylib.gated_mlp: has no golden function"),
+                       (["--params", "rows=-1"], "--params: spec module mylib.gated_mlp: spec 0 (x): shape [-1, 64] "
+                                                 "is not a list of non-negative ints")]:
+        bad = run_harness("ops", "--spec", "mylib.gated_mlp", *argv, "--kernel-path", str(OUTSIDE), cwd=tmp_path)
+        assert bad.returncode == 2 and bad.stderr.strip().startswith(f"harness: error: {said}"), (argv, bad.stderr)
+        assert len(bad.stderr.strip().splitlines()) == 1
+    nowhere = run_harness("ops", "--spec", "mylib.nope", "--kernel-path", str(OUTSIDE), cwd=tmp_path)
+    assert nowhere.returncode == 2 and "--spec: spec module mylib.nope: does not import" in nowhere.stderr
+    alone = run_harness("ops", "--params", "rows=2", cwd=tmp_path)
+    assert alone.returncode == 2 and "--params: only with --spec MODULE" in alone.stderr

@@ -52,3 +52,17 @@ def bug_stores_x(x, w_gate, w_up, w_down, y, dump=None):
     act = torch.nn.functional.silu(xf @ w_gate.float()) * (xf @ w_up.float())
     out = act @ w_down.float()
     y.copy_(xf)       # should be y.copy_(out)
+
+
+def bug_store_unscaled(x, w_gate, w_up, w_down, y, dump=None):
+    """One bug: the activations are scaled by 1/8 to stay in half range for the down projection,
+    and the result is stored without scaling back (every intermediate is right)."""
+    xf = x.float()
+    gate = xf @ w_gate.float()
+    up = xf @ w_up.float()
+    act = torch.nn.functional.silu(gate) * up
+    if dump:
+        dump("gate", gate)
+        dump("up", up)
+        dump("act", act)
+    y.copy_((act * 0.125).half().float() @ w_down.float())    # should be times 8 again
