@@ -284,13 +284,19 @@ def _check_init(t: Any, shape: tuple[int, ...], where: str) -> None:
         raise SpecError(f"{where}: init_value has shape {list(t.shape)}, the spec says {list(shape)}")
 
 
-@functools.lru_cache(maxsize=1)
 def _host_only() -> bool:
     """No accelerator this process could ever draw on.  Then ``torch.manual_seed`` is its CPU
     generator's seeding plus queued lazy seedings of devices that cannot start, each capturing a
-    stack trace: 2 ms a case, most of a tiny spec op's creation (bench/bench_spec_ops.py)."""
-    if torch._C._get_privateuse1_backend_name() != "privateuse1":     # an out-of-tree device (npu): seed it
+    stack trace: 1-2 ms a case, most of a tiny spec op's creation (bench/bench_spec_ops.py).
+    An out-of-tree device module registered on torch (``torch.npu``) is seeded as torch seeds it;
+    asked each time, as a kernel may import one late."""
+    if hasattr(torch, torch._C._get_privateuse1_backend_name()):
         return False
+    return _no_builtin_accelerator()
+
+
+@functools.lru_cache(maxsize=1)
+def _no_builtin_accelerator() -> bool:
     checks = (torch.cuda.is_available, getattr(getattr(torch, "xpu", None), "is_available", None),
               getattr(getattr(torch, "mtia", None), "is_available", None), torch.backends.mps.is_available)
     try:

@@ -99,6 +99,22 @@ def test_seeding_gives_the_same_bytes_in_another_process(outside_path):
     assert digest_inputs(other.op, {**other.args, **other.initial}).digest != here
 
 
+def test_on_a_host_without_accelerators_seeding_is_torchs_own_cpu_seeding(monkeypatch):
+    """No device module: the CPU generator alone, the bytes torch.manual_seed gives, without its
+    queued device seedings (1-2 ms a case).  A registered out-of-tree device is seeded as torch does."""
+    from harness.worker import spec_module
+    if not spec_module._no_builtin_accelerator():
+        pytest.skip("this host has an accelerator: torch.manual_seed in full is the right seeding")
+    torch.manual_seed(7)
+    expected = torch.randn(5)
+    monkeypatch.setattr(torch, "manual_seed", lambda seed: pytest.fail("torch.manual_seed called on a host-only box"))
+    spec_module.seed_all(7)
+    assert torch.equal(torch.randn(5), expected)
+    monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", lambda: "npu_standin")
+    monkeypatch.setattr(torch, "npu_standin", object(), raising=False)
+    assert not spec_module._host_only()         # asked each time: a late torch_npu import is seen
+
+
 def test_a_spec_drawing_from_an_unseeded_source_is_one_finding():
     state = {"n": 0}
 
