@@ -16,6 +16,14 @@ several cases are kept (a hunt runs its cases iteration-major) while the device 
 still run the biggest of them once more (``memory_plan.keep_fits``); the oldest go first,
 and a case without a kept state is generated on the device as a first repeat is.
 ``HARNESS_REUSE_INPUTS=0`` turns reuse off.
+
+A case sent once (a plain run) is never asked again, yet its state would be kept like a
+hunt's: every kept state is a few dozen objects the worker's full collection walks twice a
+case (``hygiene.Watch``), so keeping every state of a 10,000-case run made each case slower
+than the last.  So a state whose key was never asked before is kept on probation: at most
+``PROBATION`` of them, the oldest dropped first; a key asked a second time is kept as memory
+allows.  A hunt of up to ``PROBATION`` cases reuses from its second iteration, a larger one
+from its third.
 """
 from __future__ import annotations
 
@@ -36,6 +44,8 @@ from harness.worker.launch import Buffers, Launched
 from harness.worker.protocol import GoldenRef
 
 ENV = "HARNESS_REUSE_INPUTS"
+PROBATION = 16             # states kept whose key was asked only once
+SEEN_KEYS = 100_000        # keys remembered as asked (strings: nothing the collector walks)
 
 
 def enabled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -68,10 +78,15 @@ class Repeats:
                  on: bool = True) -> None:
         self.kind, self.memory, self.on = kind, memory, on
         self._kept: OrderedDict[str, Kept] = OrderedDict()
+        self._seen: OrderedDict[str, None] = OrderedDict()       # keys asked at least once, oldest first
+        self._probation: OrderedDict[str, None] = OrderedDict()  # kept keys asked only once
 
     def take(self, wanted: str) -> Kept | None:
         """The state kept under ``wanted``, no longer kept: its repeat puts it back when it ends well."""
-        return self._kept.pop(wanted, None) if self.on else None
+        if not self.on:
+            return None
+        self._probation.pop(wanted, None)
+        return self._kept.pop(wanted, None)
 
     def make_room(self, plan: MemoryPlan) -> None:
         """Drop the oldest states until a case of ``plan`` fits beside the rest (before generating it)."""
@@ -79,9 +94,20 @@ class Repeats:
 
     def keep(self, wanted: str, state: Kept, launched: Launched, replace_worker: str) -> None:
         """Keep ``state`` if the kernel left it as given (see the module docstring) and memory allows."""
-        if not self.on or launched.inputs_written or not launched.guards_intact or replace_worker:
+        if not self.on:
+            return
+        asked_before = wanted in self._seen
+        self._seen[wanted] = None
+        self._seen.move_to_end(wanted)
+        while len(self._seen) > SEEN_KEYS:
+            self._seen.popitem(last=False)
+        if launched.inputs_written or not launched.guards_intact or replace_worker:
             return
         self._kept[wanted] = state
+        if not asked_before:
+            self._probation[wanted] = None
+            while len(self._probation) > PROBATION:
+                self._kept.pop(self._probation.popitem(last=False)[0], None)
         self._fit([])
 
     @property
@@ -98,4 +124,4 @@ class Repeats:
         held_bytes = tuple(sum(p.kept_bytes(self.kind)[side] for p in plans) for side in (0, 1))
         while self._kept and not keep_fits([s.plan for s in self._kept.values()] + extra, self.kind,
                                            on_device, on_host, held_bytes):
-            self._kept.popitem(last=False)
+            self._probation.pop(self._kept.popitem(last=False)[0], None)

@@ -186,3 +186,19 @@ def test_keep_fits_counts_every_kept_state_and_one_more_run():
     # off the CPU the host's share counts too: the host copy and the goldens
     assert not keep_fits([p], "cuda", PLENTY, Memory(0, 0), held=(0, 0))
     assert p.kept_bytes("cuda")[1] < p.kept_bytes("cpu")[1]
+
+
+def test_cases_asked_once_keep_a_bounded_number_of_states(runner, monkeypatch):
+    """A plain run sends each case once: at most PROBATION of their states are kept (each is objects
+    the worker's full collection walks twice a case), while a case asked again is kept as memory
+    allows: a hunt larger than the probation reuses from its third iteration."""
+    monkeypatch.setattr(reuse, "PROBATION", 2)
+    repeats = kept()
+    runner([make_case(seed=s) for s in range(5)], repeats)
+    assert len(repeats._kept) == 2
+    hunt = [make_case(seed=s) for s in (10, 11, 12)] * 3         # iteration-major, 3 cases > 2
+    reused = [r.metrics["inputs_reused"] for r in runner(hunt, repeats)]
+    # seed 10's state left the probation when 12's came; 11 and 12 were still on it
+    assert reused == [False] * 3 + [False, True, True] + [True] * 3
+    small = [make_case(seed=s) for s in (20, 21)] * 2             # within the probation: from the second
+    assert [r.metrics["inputs_reused"] for r in runner(small, repeats)] == [False, False, True, True]
