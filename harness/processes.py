@@ -435,17 +435,17 @@ def _in_worker_cgroup(pid: int, worker: str) -> bool:
 
 
 def session_id(pid: int) -> int:
-    """The session id of ``pid`` (/proc/<pid>/stat, readable whatever its owner or dumpable flag); -1
-    when it is gone."""
+    """The session id of ``pid`` (``getsid``: a system call, allowed on Linux for any process, whatever
+    its owner or dumpable flag); -1 when it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rpartition(")")[2].split()[3])
-    except (OSError, IndexError, ValueError):
+        return os.getsid(pid)
+    except OSError:
         return -1
 
 
 def _session_members(sessions: set[int]) -> set[int]:
-    """The running processes (any uid) whose session is one of ``sessions``."""
+    """The running processes (any uid) whose session is one of ``sessions``: one ``getsid`` per
+    process (~0.2 ms for 80 processes; reading each /proc/<pid>/stat took 1-2 ms)."""
     found: set[int] = set()
     if not sessions:
         return found
@@ -454,16 +454,9 @@ def _session_members(sessions: set[int]) -> set[int]:
     except OSError:
         return found
     for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-            if int(fields[3]) in sessions and fields[0] not in ("Z", "X"):
-                found.add(int(name))
-        except (OSError, IndexError, ValueError):
-            continue
-    return found
+        if name.isdigit() and session_id(int(name)) in sessions:
+            found.add(int(name))
+    return {p for p in found if process_state(p) not in ("Z", "X", "")}
 
 
 def _unmarked(worker: str | None) -> set[int]:
