@@ -476,14 +476,16 @@ def _unmarked(worker: str | None) -> set[int]:
 
 
 _DYING_GRACE_S = 0.3
+_unkillable: set[int] = set()      # strays the sweep may not signal, named once
 
 
 def sweep(keep: set[int] = frozenset(), worker: str | None = None) -> list[str]:
-    """SIGKILL every marked process that is not this front end, one of its helpers, a process it
-    started and still runs (``own``), ``keep``, or below one of those (a running case's children are
-    its worker's business); returns ``pid N (command line)`` for each, to be reported.  ``worker``:
-    only that worker's (``belongs_to``), the others left to their own worker's sweep or the run's
-    last.  A worker just stopped, and what was below it, were sent SIGKILL already and are gone
+    """SIGKILL every marked process (its environment, or a worker's cgroup or session: ``enter``) that
+    is not this front end, one of its helpers, a process it started and still runs (``own``), ``keep``,
+    or below one of those (a running case's children are its worker's business); returns ``pid N
+    (command line)`` for each, to be reported (one it may not signal, once, with "not killed").
+    ``worker``: only that worker's (``belongs_to``), the others left to their own worker's sweep or the
+    run's last.  A worker just stopped, and what was below it, were sent SIGKILL already and are gone
     within moments: what is found is given ``_DYING_GRACE_S`` to end before it counts."""
     with _own_lock:
         spared = {os.getpid(), *helper_pids(), *_own, *keep}
@@ -506,7 +508,12 @@ def sweep(keep: set[int] = frozenset(), worker: str | None = None) -> list[str]:
                 line = f"pid {pid} ({command_line(pid)})"
                 try:
                     os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
+                except ProcessLookupError:
+                    continue
+                except PermissionError:        # another uid's (a setuid program): named once, not killed
+                    if pid not in _unkillable:
+                        _unkillable.add(pid)
+                        killed.append(f"{line} (not killed: not permitted)")
                     continue
                 signalled.add(pid)
                 killed.append(line)
