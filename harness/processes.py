@@ -365,6 +365,7 @@ def run_cgroup() -> str | None:
             base = _cgroup2_base()
             if base is not None:
                 path = os.path.join(base, f"harness-{os.getpid()}-{run_nonce()[:16]}")
+                _remove_stale_cgroups(base)
                 try:
                     os.makedirs(path, exist_ok=True)
                     _cgroup_run[0] = path
@@ -373,6 +374,28 @@ def run_cgroup() -> str | None:
                     trace.log.debug("no cgroup for this run (%s: %s): strays are found by their environment and "
                                     "session only", path, exc)
         return _cgroup_run[0] or None
+
+
+def _remove_stale_cgroups(base: str) -> None:
+    """The empty cgroups of front ends that ended without removing them (killed with SIGKILL)."""
+    try:
+        names = [n for n in os.listdir(base) if n.startswith("harness-")]
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.kill(int(name.split("-")[1]), 0)
+            continue                                  # its front end still runs
+        except ProcessLookupError:
+            pass
+        except (OSError, ValueError, IndexError):
+            continue
+        run = os.path.join(base, name)
+        with contextlib.suppress(OSError):
+            for worker in os.listdir(run):
+                if os.path.isdir(os.path.join(run, worker)):
+                    os.rmdir(os.path.join(run, worker))     # fails while a process is in it
+            os.rmdir(run)
 
 
 def enter(pid: int, worker: str) -> None:
