@@ -460,7 +460,7 @@ class DeviceWorker:
 
     def _drifted(self, case: Case, reply: protocol.CaseReply, base: dict) -> Result:
         """The worker changed between cases: replace it; ``run`` runs the case again."""
-        last = self._last_case or "(none: the worker's first case)"
+        last = reply.deferred_to or self._last_case or "(none: the worker's first case)"
         warning = (f"deferred change after case {last} (worker {self.name}, {self.device}): {reply.deferred}; "
                    f"the worker was replaced and case {case.case_id} ran again in a fresh one")
         self.warnings.append(warning)
