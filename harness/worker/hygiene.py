@@ -18,6 +18,9 @@ window (its import and its launch) is bracketed by two snapshots:
   findings too (issue 37);
 - a full garbage collection opens and closes the window, so a finalizer of an object the
   kernel dropped runs while the kernel is still the one blamed;
+- a change whose new object is defined in a module another kernel's window imported (a callback
+  that kernel left, set off during this launch) is not this case's: ``Deferred`` with that
+  kernel's last case, and the case runs again in a fresh worker (``_traced``);
 - threads (Python and native) and child processes started in the window and still
   running after it: a ``CONTRACT`` finding, and the worker is replaced (its whole process
   group is killed), so nothing they print or hold reaches another case.
