@@ -390,12 +390,9 @@ def _remove_stale_cgroups(base: str) -> None:
             pass
         except (OSError, ValueError, IndexError):
             continue
-        run = os.path.join(base, name)
         with contextlib.suppress(OSError):
-            for worker in os.listdir(run):
-                if os.path.isdir(os.path.join(run, worker)):
-                    os.rmdir(os.path.join(run, worker))     # fails while a process is in it
-            os.rmdir(run)
+            for cgroup in reversed(_cgroup_tree(os.path.join(base, name))):
+                os.rmdir(cgroup)                          # fails while a process is in it
 
 
 def enter(pid: int, worker: str) -> None:
@@ -424,24 +421,40 @@ def remove_cgroups() -> None:
     with _own_lock:
         for worker, path in list(_cgroups.items()):
             with contextlib.suppress(OSError):
-                os.rmdir(path)
+                for cgroup in reversed(_cgroup_tree(path)):
+                    os.rmdir(cgroup)
                 del _cgroups[worker]
         if _cgroup_run[0]:
             with contextlib.suppress(OSError):
                 os.rmdir(_cgroup_run[0])
 
 
+def _cgroup_tree(path: str) -> list[str]:
+    """``path`` and the cgroups below it (a kernel's process with write access may make one), deepest
+    last."""
+    found, todo = [], [path]
+    while todo:
+        here = todo.pop()
+        found.append(here)
+        try:
+            todo += [entry.path for entry in os.scandir(here) if entry.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+    return found
+
+
 def _cgroup_members(worker: str | None) -> set[int]:
-    """The processes in ``worker``'s cgroup (every worker's with None), zombies left out."""
+    """The processes in ``worker``'s cgroup or below it (every worker's with None), zombies left out."""
     found: set[int] = set()
     for name, path in list(_cgroups.items()):
         if worker is not None and name != worker:
             continue
-        try:
-            with open(os.path.join(path, "cgroup.procs")) as f:
-                found.update(int(p) for p in f.read().split())
-        except (OSError, ValueError):
-            continue
+        for cgroup in _cgroup_tree(path):
+            try:
+                with open(os.path.join(cgroup, "cgroup.procs")) as f:
+                    found.update(int(p) for p in f.read().split())
+            except (OSError, ValueError):
+                continue
     return {p for p in found if process_state(p) not in ("Z", "X", "")}
 
 
@@ -452,7 +465,8 @@ def _in_worker_cgroup(pid: int, worker: str) -> bool:
     tail = "/" + os.path.basename(os.path.dirname(path)) + "/" + worker
     try:
         with open(f"/proc/{pid}/cgroup") as f:
-            return any(line.startswith("0::") and line.rstrip("\n").endswith(tail) for line in f)
+            return any(line.startswith("0::") and (line.rstrip("\n").endswith(tail) or tail + "/" in line)
+                       for line in f)
     except OSError:
         return False
 

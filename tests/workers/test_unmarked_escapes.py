@@ -133,3 +133,15 @@ def test_a_process_the_run_did_not_start_is_never_killed_or_blamed(make_worker, 
         for p in outsiders:
             p.kill()
             p.wait()
+
+
+def test_an_escape_into_a_cgroup_below_its_workers_is_found_there(make_worker, tmp_path):
+    """A process with write access to the hierarchy (root) makes a cgroup below its worker's and moves
+    there: still below the worker's, found, and removed with the run's cgroups at its end."""
+    _needs_cgroup()
+    worker = make_worker(True)
+    bad = _escape_then_clean(worker, tmp_path, "cgroup_of_its_own", "scrubbed")
+    assert "(sleep 600)" in bad.summary, bad.summary
+    worker.close()
+    processes.sweep()                                     # the run's end
+    assert not os.path.exists(processes.run_cgroup()), os.listdir(processes.run_cgroup())

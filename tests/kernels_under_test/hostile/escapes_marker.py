@@ -116,3 +116,22 @@ def undumpable_double_fork(**args):
         time.sleep(600)
     _leave_the_tree(hide)
     return out
+
+
+def cgroup_of_its_own(**args):
+    """Out of the worker's tree (subreaper off, fork + setsid + fork), into a cgroup it makes below its
+    worker's (root can), then ``env -i sleep 600``."""
+    out = _reference(**args)
+
+    def move() -> None:
+        with open("/proc/self/cgroup") as f:
+            own = next(line[3:].strip() for line in f if line.startswith("0::"))
+        with open("/proc/self/mountinfo") as f:
+            point = next(line.split()[4] for line in f if " - cgroup2 " in line)
+        below = os.path.join(point + own, "hidden")
+        os.makedirs(below, exist_ok=True)
+        with open(os.path.join(below, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+        _scrubbed_sleep()
+    _leave_the_tree(move)
+    return out
