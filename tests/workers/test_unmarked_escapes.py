@@ -72,7 +72,17 @@ def _environ_unreadable(monkeypatch) -> None:
 
 
 def _needs_cgroup() -> None:
-    if processes.run_cgroup() is None:
+    """Skip where the harness cannot make a cgroup and move a process into it (as it does a worker)."""
+    probe = subprocess.Popen(["sleep", "30"])
+    try:
+        processes.enter(probe.pid, "probe")
+        usable = "probe" in processes._cgroups
+    finally:
+        probe.kill()
+        probe.wait()
+        processes._sessions.pop(probe.pid, None)
+        processes.remove_cgroups()
+    if not usable:
         pytest.skip("no writable cgroup v2 hierarchy at this process's cgroup: an escape in a session of its "
                     "own with an environment of its own making is not found here (docs/contracts.md)")
 
