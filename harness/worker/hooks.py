@@ -296,7 +296,8 @@ def _rebound(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]]:
 def restore(before: Hooks, after: Hooks) -> None:
     """Put back what can be put back, for the case's own checks (the worker is replaced anyway):
     autocast, the mode stacks, builtins, signal handlers, timers, gc, trace and profile, the
-    interpreter's callbacks, torch.nn's global module hooks (those added are removed).  Library registrations and audit hooks cannot be undone."""
+    interpreter's callbacks, torch.nn's global module hooks (those added are removed).  Library
+    registrations and audit hooks cannot be undone."""
     for device_type, (old, new) in zip(_autocast_types(), zip(before.autocast, after.autocast)):
         if old != new:
             torch.set_autocast_enabled(device_type, old[0])

@@ -602,7 +602,8 @@ def _changed_objects(before: Snapshot, after: Snapshot) -> list[tuple[str, Any]]
                 for name, how in _rebound(old, new, isinstance(_BY_NAME[ns], type), ns in _STDLIB) if how != "removed"]
     out += [(f"builtins.{name} {how}", after.hooks.builtins[name])
             for name, how in hooks._rebound(before.hooks.builtins, after.hooks.builtins) if how != "removed"]
-    names = (*_TRACE_NAMES, *hooks._CALLBACK_NAMES, *(f"handler of {hooks._signal_name(sig)}" for sig in hooks._SIGNALS))
+    names = (*_TRACE_NAMES, *hooks._CALLBACK_NAMES,
+             *(f"handler of {hooks._signal_name(sig)}" for sig in hooks._SIGNALS))
     for what, old, new in zip(names, (*before.hooks.trace, *before.hooks.callbacks, *before.hooks.signals),
                               (*after.hooks.trace, *after.hooks.callbacks, *after.hooks.signals)):
         if old is not new and callable(new):
