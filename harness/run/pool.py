@@ -38,7 +38,7 @@ from harness.devices import VISIBLE_ENV, Device, pinning_env
 from harness.errors import HarnessError
 from harness.logs import cap_log
 from harness.outcomes import Outcome, Result
-from harness.processes import TERM_GRACE_S, kill_group, marker_env, own, starting, sweep
+from harness.processes import TERM_GRACE_S, enter, kill_group, marker_env, own, starting, sweep
 from harness.run.golden_process import GoldenProcess
 from harness.run.spawn import (STARTUP_ATTEMPTS, ForkedProc, WorkerOptions, WorkerProcess, WorkerStartError,
                                expand_kernel_paths, fork_from_zygote, open_pidfd, source_root, spawner, zygote_unfit)
@@ -160,6 +160,7 @@ class DeviceWorker:
                     start_new_session=True,      # Ctrl-C reaches the front end only; killed as a group
                 ).result()
                 own(proc.pid)
+                enter(proc.pid, self.name)       # its cgroup and session: the second marker (item 4)
         finally:
             child_sock.close()
         key = _env_key(case_env)
@@ -191,6 +192,7 @@ class DeviceWorker:
         process, parent_conn = fork_from_zygote(
             self.options.log_dir, forked_main, f"harness-worker-{self.name}",
             (str(self.device), self.options.golden_dtype, env, str(log_path), os.getpid()))
+        enter(process.pid, self.name)            # before its first case: its cgroup and session (item 4)
         key = _env_key(case_env)
         trace.log.debug("%s: forked pid %d for %s from the zygote (env %s, log %s)", self.name, process.pid,
                         self.device, _env_text(key), log_path)
@@ -458,7 +460,7 @@ class DeviceWorker:
 
     def _drifted(self, case: Case, reply: protocol.CaseReply, base: dict) -> Result:
         """The worker changed between cases: replace it; ``run`` runs the case again."""
-        last = self._last_case or "(none: the worker's first case)"
+        last = reply.deferred_to or self._last_case or "(none: the worker's first case)"
         warning = (f"deferred change after case {last} (worker {self.name}, {self.device}): {reply.deferred}; "
                    f"the worker was replaced and case {case.case_id} ran again in a fresh one")
         self.warnings.append(warning)

@@ -168,7 +168,9 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
     inputs with ``dump`` and ``$HARNESS_DUMP_DIR``, and its intermediates compared) or ``always``
     (every launch dumps); docs/intermediates.md."""
     t0 = time.perf_counter()
-    watch = hygiene.Watch(pristine)   # what the kernel leaves behind in this process (docs/architecture.md)
+    # what the kernel leaves behind in this process (docs/architecture.md); the case names the kernel a
+    # change is traced to
+    watch = hygiene.Watch(pristine, case.case_id, case.kernel)
     collector: dumps.Collector | None = None
     try:
         torch_device = backend.torch_device(device)
@@ -227,7 +229,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         t4 = time.perf_counter()
         latency = _latency(case, ci, launched, kernel, torch_device, device, backend, found.outcome.passed)
     except hygiene.Deferred as changed:
-        return CaseReply(case.case_id, time.perf_counter() - t0, deferred=str(changed),
+        return CaseReply(case.case_id, time.perf_counter() - t0, deferred=str(changed), deferred_to=changed.blamed,
                          replace_worker=f"changed since the worker started: {changed}")
     except StageError as tagged:
         exc = tagged.exc

@@ -16,6 +16,11 @@ a later case computes or how it is labelled, without touching a tensor the check
   (and their ``threading`` twins).  The import machinery is ``imports.py``'s (a finder or path
   hook is judged by what the harness's and the kernel paths' modules then resolve to, not by
   where it sits);
+- what the interpreter and the standard library call on an event a later case can set off
+  (``sys.excepthook``, ``sys.unraisablehook``, ``sys.displayhook``, ``sys.breakpointhook``,
+  ``threading.excepthook``, ``warnings.showwarning``, ``warnings.formatwarning``), and torch.nn's
+  global module hooks (``register_module_forward_hook`` and its kin: every later ``nn.Module`` call
+  runs them);
 - audit hooks: ``sys.addaudithook`` cannot be undone or listed, but it raises the audit
   event ``sys.addaudithook`` to the hooks already there, so the worker installs one hook of
   its own at start (``install_audit_sentinel``) that counts them (and records the
@@ -34,6 +39,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +112,27 @@ class Hooks:
     gc_enabled: bool
     trace: tuple[Any, Any, Any, Any]              # sys.gettrace, sys.getprofile, threading's two
     audit_hooks: int                              # hooks added since the sentinel was installed
+    callbacks: tuple[Any, ...]                    # per _CALLBACKS entry: what the interpreter calls
+    module_hooks: tuple[tuple[Any, ...], ...]     # per _MODULE_HOOKS entry: its handles' ids
+
+
+# What the interpreter or the standard library calls on an event a later case can set off (a warning
+# shown, an exception not caught in a thread or a finalizer): a kernel's replacement runs in that case.
+_CALLBACKS: tuple[tuple[Any, str], ...] = (
+    (sys, "excepthook"), (sys, "unraisablehook"), (sys, "displayhook"), (sys, "breakpointhook"),
+    (threading, "excepthook"), (warnings, "showwarning"), (warnings, "formatwarning"))
+_CALLBACK_NAMES = tuple(f"{owner.__name__}.{name}" for owner, name in _CALLBACKS)
+
+# torch.nn's global module hooks: every nn.Module call of every later case runs them.
+_MODULE_HOOKS = tuple(name for name in (
+    "_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks", "_global_backward_hooks",
+    "_global_module_registration_hooks", "_global_parameter_registration_hooks",
+    "_global_buffer_registration_hooks") if isinstance(getattr(torch.nn.modules.module, name, None), dict))
+
+
+def _module_hooks() -> tuple[tuple[Any, ...], ...]:
+    module = torch.nn.modules.module
+    return tuple(tuple(getattr(module, name)) for name in _MODULE_HOOKS)
 
 
 def _impls() -> set[str]:
@@ -127,6 +154,8 @@ def read() -> Hooks:
         gc_enabled=gc.isenabled(),
         trace=(sys.gettrace(), sys.getprofile(), _threading_hook("gettrace"), _threading_hook("getprofile")),
         audit_hooks=_audit_hooks_added[0],
+        callbacks=tuple(getattr(owner, name, None) for owner, name in _CALLBACKS),
+        module_hooks=_module_hooks(),
     )
 
 
@@ -228,6 +257,15 @@ def changes(before: Hooks, after: Hooks) -> list[str]:
                                   before.trace, after.trace):
             if old is not new:
                 out.append(f"{what} {_name(old) if old else 'None'} → {_name(new) if new else 'None'}")
+    if before.callbacks != after.callbacks:
+        for what, old, new in zip(_CALLBACK_NAMES, before.callbacks, after.callbacks):
+            if old is not new:
+                out.append(f"{what} {_name(old)} → {_name(new)}")
+    if before.module_hooks != after.module_hooks:
+        for what, old, new in zip(_MODULE_HOOKS, before.module_hooks, after.module_hooks):
+            if old != new:
+                out.append(f"torch.nn {what.strip('_').replace('_', ' ')} {len(old)} → {len(new)} "
+                           f"(register_module_{what.removeprefix('_global_').removesuffix('s')})")
     if after.audit_hooks != before.audit_hooks:
         out.append(f"{after.audit_hooks - before.audit_hooks} audit hook(s) added (sys.addaudithook; "
                    f"cannot be removed)")
@@ -257,8 +295,9 @@ def _rebound(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]]:
 
 def restore(before: Hooks, after: Hooks) -> None:
     """Put back what can be put back, for the case's own checks (the worker is replaced anyway):
-    autocast, the mode stacks, builtins, signal handlers, timers, gc, trace and profile.
-    Library registrations and audit hooks cannot be undone."""
+    autocast, the mode stacks, builtins, signal handlers, timers, gc, trace and profile, the
+    interpreter's callbacks, torch.nn's global module hooks (those added are removed).  Library
+    registrations and audit hooks cannot be undone."""
     for device_type, (old, new) in zip(_autocast_types(), zip(before.autocast, after.autocast)):
         if old != new:
             torch.set_autocast_enabled(device_type, old[0])
@@ -293,6 +332,14 @@ def restore(before: Hooks, after: Hooks) -> None:
         threading.settrace(before.trace[2])
     if after.trace[3] is not before.trace[3] and hasattr(threading, "setprofile"):
         threading.setprofile(before.trace[3])
+    for (owner, name), old, new in zip(_CALLBACKS, before.callbacks, after.callbacks):
+        if old is not new:
+            setattr(owner, name, old)
+    for name, old, new in zip(_MODULE_HOOKS, before.module_hooks, after.module_hooks):
+        if old != new:
+            hooks = getattr(torch.nn.modules.module, name)
+            for key in set(new) - set(old):
+                hooks.pop(key, None)
 
 
 def _pristine_impls() -> frozenset[str]:

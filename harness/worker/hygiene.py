@@ -18,6 +18,9 @@ window (its import and its launch) is bracketed by two snapshots:
   findings too (issue 37);
 - a full garbage collection opens and closes the window, so a finalizer of an object the
   kernel dropped runs while the kernel is still the one blamed;
+- a change whose new object is defined in a module another kernel's window imported (a callback
+  that kernel left, set off during this launch) is not this case's: ``Deferred`` with that
+  kernel's last case, and the case runs again in a fresh worker (``_traced``);
 - threads (Python and native) and child processes started in the window and still
   running after it: a ``CONTRACT`` finding, and the worker is replaced (its whole process
   group is killed), so nothing they print or hold reaches another case.
@@ -289,6 +292,8 @@ class Disturbance:
     findings: tuple[str, ...] = ()       # one line each: "torch default dtype float32 → float64"
     restored: tuple[str, ...] = ()       # environment variables and the cwd, put back (no finding)
     warnings: tuple[str, ...] = ()       # the same, said to the user on the case's result (``put_back_warnings``)
+    # (kernel, change) for each change made by code another kernel's window brought in (``_traced``)
+    traced: tuple[tuple[str, str], ...] = ()
 
     def metrics(self) -> dict[str, Any]:
         """The case's ``metrics["hygiene"]``, only when there is something to say."""
@@ -491,10 +496,18 @@ def _delete(target: Any, name: str) -> None:
         pass
 
 
-def settle(before: Snapshot) -> Disturbance:
-    """After the kernel's window: what it left behind, with everything that can be put back put back."""
+def settle(before: Snapshot, kernel: str | None = None) -> Disturbance:
+    """After the kernel's window: what it left behind, with everything that can be put back put back.
+    ``kernel`` (the case's, ``Watch``): the modules first imported in the window are noted as its, and
+    a change made by code of a module another kernel's window imported is in ``traced``."""
     after = snapshot()
     state = state_changes(before, after)
+    traced: tuple[tuple[str, str], ...] = ()
+    if kernel is not None:
+        traced = tuple(_traced(before, after, kernel)) if state else ()
+        if not _modules_kept(before, after):
+            for name in _added(before.modules, after.modules):
+                _imported_by.setdefault(name, kernel)
     findings = ([f"the kernel changed process state: {'; '.join(state)}"] if state else [])
     findings += [f"the kernel left {what}" for what in os_state.window_changes(before.os, after.os)]
     left = leftovers(before, after)
@@ -505,7 +518,7 @@ def settle(before: Snapshot) -> Disturbance:
     findings += [f"the kernel left {what}" for what in left]
     _end_processes(before)
     return Disturbance(tuple(findings), tuple(restore(before, after, bool(state))),
-                       put_back_warnings(before, after))
+                       put_back_warnings(before, after), traced)
 
 
 def put_back_warnings(before: Snapshot, after: Snapshot) -> tuple[str, ...]:
@@ -550,14 +563,89 @@ def with_findings(found: Findings, disturbed: Disturbance) -> Findings:
     return replace(found, outcome=items[0].outcome, items=tuple(items))
 
 
+# Which kernel's window first imported each module (issue 37, item 3): a change seen in a later case's
+# window, made by code defined in a module another kernel brought in (a callback it left: at fork, on a
+# warning, in a module hook) is traced to that kernel: the case runs again in a fresh worker, which
+# decides (what it changes there is its own); the kernel is a module and a function (``pkg.mod:fn``).
+_imported_by: dict[str, str] = {}      # module name -> the kernel (``pkg.mod:fn``) whose window imported it
+_last_case_of: dict[str, str] = {}     # kernel -> the last case of it this worker ran
+
+
+def _module_of(obj: Any) -> str | None:
+    """The module that defines ``obj``: a function's by the file of its code (a ``functools.wraps``
+    wrapper keeps the wrapped one's ``__module__``), else its ``__module__``."""
+    func = getattr(obj, "__func__", obj)
+    code = getattr(func, "__code__", None)
+    if code is not None:
+        found = _module_by_file().get(code.co_filename)
+        if found is not None:
+            return found
+    module = getattr(obj, "__module__", None)
+    return module if isinstance(module, str) else None
+
+
+def _module_by_file() -> dict[str, str]:
+    """File -> module name of the modules the windows imported (few: read when a change is traced)."""
+    out = {}
+    for name in _imported_by:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file:
+            out[file] = name
+    return out
+
+
+def _changed_objects(before: Snapshot, after: Snapshot) -> list[tuple[str, Any]]:
+    """(what, the new object) for each rebound name and each replaced hook an origin can be read from."""
+    out: list[tuple[str, Any]] = []
+    for (ns, old), (_, new) in zip(before.namespaces, after.namespaces):
+        out += [(f"{ns}.{name} {how}", new[name])
+                for name, how in _rebound(old, new, isinstance(_BY_NAME[ns], type), ns in _STDLIB) if how != "removed"]
+    out += [(f"builtins.{name} {how}", after.hooks.builtins[name])
+            for name, how in hooks._rebound(before.hooks.builtins, after.hooks.builtins) if how != "removed"]
+    names = (*_TRACE_NAMES, *hooks._CALLBACK_NAMES,
+             *(f"handler of {hooks._signal_name(sig)}" for sig in hooks._SIGNALS))
+    for what, old, new in zip(names, (*before.hooks.trace, *before.hooks.callbacks, *before.hooks.signals),
+                              (*after.hooks.trace, *after.hooks.callbacks, *after.hooks.signals)):
+        if old is not new and callable(new):
+            out.append((f"{what} replaced", new))
+    return out
+
+
+_TRACE_NAMES = ("sys.settrace", "sys.setprofile", "threading.settrace", "threading.setprofile")
+
+
+def _traced(before: Snapshot, after: Snapshot, kernel: str) -> list[tuple[str, str]]:
+    """(kernel, change) for each change whose new object is defined in a module that another kernel's
+    window imported: code that kernel left behind ran in this window."""
+    out = []
+    for what, obj in _changed_objects(before, after):
+        origin = _module_of(obj)
+        owner = _imported_by.get(origin) if origin else None
+        if owner is not None and owner != kernel:
+            out.append((owner, what))
+    return out
+
+
+def note_case(case_id: str, kernel: str) -> None:
+    """The case just run in this worker with ``kernel`` (a later traced change names it)."""
+    _last_case_of[kernel] = case_id
+
+
+def traced_to(traced: tuple[tuple[str, str], ...]) -> str:
+    """The case a traced change is blamed on: the last case of the first kernel it is traced to."""
+    kernel = traced[0][0]
+    return _last_case_of.get(kernel, f"(a case of {kernel})")
+
+
 class Deferred(Exception):
     """The worker's state changed between cases (``drift``): something an earlier kernel left (a
     timer, a finalizer, a callback) acted after that kernel's case was checked.  This case must not
     run here, nor take the blame."""
 
-    def __init__(self, changes: list[str]):
+    def __init__(self, changes: list[str], blamed: str = ""):
         super().__init__("; ".join(changes))
         self.changes = changes
+        self.blamed = blamed          # the case it is traced to ("": the worker's last case)
 
 
 def drift(pristine: Snapshot, now: Snapshot) -> list[str]:
@@ -577,9 +665,10 @@ class Watch:
     worker's snapshot at start) the window's first snapshot is compared with it, and a
     difference raises ``Deferred`` before the kernel runs."""
 
-    def __init__(self, pristine: Snapshot | None = None) -> None:
+    def __init__(self, pristine: Snapshot | None = None, case_id: str | None = None, kernel: str | None = None) -> None:
         self._before: Snapshot | None = None
         self._pristine = pristine
+        self._case = (case_id, kernel) if case_id is not None and kernel is not None else None
         self.disturbed = Disturbance()
 
     def __enter__(self) -> "Watch":
@@ -593,7 +682,8 @@ class Watch:
         if self._pristine is not None:
             changed = drift(self._pristine, before)
             if changed:
-                raise Deferred(changed)
+                traced = _traced(self._pristine, before, "")      # whose code made the change, where it says
+                raise Deferred(changed, traced_to(tuple(traced)) if traced else "")
         self._before = before
         return self
 
@@ -602,9 +692,16 @@ class Watch:
             # the kernel's unreachable objects are finalised while it is still the one blamed: a
             # __del__ in a reference cycle would otherwise run in a later case's launch
             _collect()
-            self.disturbed = settle(self._before)
+            self.disturbed = settle(self._before, self._case[1] if self._case else None)
             if _collecting[0] and len(sys.modules) > len(self._before.modules):
                 gc.freeze()     # what the kernel imported lives as long as the worker: not walked again
+            if self._case is not None:
+                traced = self.disturbed.traced
+                blamed = traced_to(traced) if traced else ""
+                note_case(*self._case)
+                if traced:      # not this kernel's doing: it runs again in a fresh worker
+                    raise Deferred([f"{what} during case {self._case[0]}'s launch, by code of {kernel}"
+                                    for kernel, what in traced], blamed)
 
 
 # Set by ``freeze_baseline`` (the worker, at start): full collections around every window.

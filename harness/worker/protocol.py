@@ -201,13 +201,15 @@ class CaseReply:
     # the case did not run: the worker's state had changed since it started, before this case's kernel
     # ran (a timer, a finalizer, a callback an earlier kernel left); the front end runs it again elsewhere
     deferred: str = ""
+    # the case a deferred change is traced to (code of its kernel made it); "": the worker's last case
+    deferred_to: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         failure = self.failure
         return {
             "message": self.kind, "case_id": self.case_id, "duration_s": self.duration_s,
             "nonce": self.nonce, "replace_worker": self.replace_worker, "deferred": self.deferred,
-            "warnings": list(self.warnings), "hint": self.hint,
+            "deferred_to": self.deferred_to, "warnings": list(self.warnings), "hint": self.hint,
             "outcome": self.outcome.value if self.outcome else None,
             "summary": self.summary, "report": self.report, "metrics": self.metrics,
             "failure": None if failure is None else {
@@ -224,7 +226,7 @@ class CaseReply:
                    failure=None if failure is None else Failure(
                        Stage(failure["stage"]), failure["exc_type"], failure["message"], failure["traceback"]),
                    nonce=data["nonce"], replace_worker=data["replace_worker"], deferred=data.get("deferred", ""),
-                   warnings=tuple(data.get("warnings", ())), hint=data.get("hint", ""))
+                   deferred_to=data.get("deferred_to", ""), warnings=tuple(data.get("warnings", ())), hint=data.get("hint", ""))
 
     def brief(self) -> str:
         if self.failure is not None:

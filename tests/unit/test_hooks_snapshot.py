@@ -111,3 +111,52 @@ def test_names_added_after_the_snapshot_do_not_hide_a_replaced_one():
     assert not hygiene._kept(old, {"a": 1, "b": builtins.abs, "c": 3})
     assert not hygiene._kept(old, {"b": builtins.len, "a": 2})
     assert hygiene._kept(old, {"b": builtins.len, "a": 1})               # order changed, same bindings
+
+
+def test_the_interpreters_callbacks_and_global_module_hooks_are_found_and_put_back():
+    """What a later case can set off (a warning shown, an nn.Module called) is read at the end of the
+    window that left it (issue 37, item 3), and put back for the case's own checks."""
+    import warnings
+    shown = warnings.showwarning
+    excepthook = sys.excepthook
+    forward = dict(torch.nn.modules.module._global_forward_hooks)
+
+    def leave():
+        warnings.showwarning = lambda *a, **k: None
+        sys.excepthook = lambda *a: None
+        torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: None)
+    disturbed = window(leave)
+    text = "; ".join(disturbed.findings)
+    assert "warnings.showwarning warnings.showwarning → " in text, text
+    assert "sys.excepthook sys.excepthook → " in text, text
+    assert "torch.nn global forward hooks 0 → 1 (register_module_forward_hook)" in text, text
+    assert warnings.showwarning is shown and sys.excepthook is excepthook
+    assert dict(torch.nn.modules.module._global_forward_hooks) == forward
+
+
+def test_a_change_by_another_kernels_code_is_traced_to_it():
+    """A rebound name whose new object is defined in a module another kernel's window imported is
+    traced to that kernel (``Deferred`` with its last case); one made by the window's own kernel is not."""
+    import types
+    module = types.ModuleType("late_hook_kernel_mod")
+    exec("def wrong(x):\n    return x\n", module.__dict__)
+    module.__file__ = "/nonexistent/late_hook_kernel_mod.py"
+    module.wrong.__code__ = module.wrong.__code__.replace(co_filename=module.__file__)
+    original = torch.rsqrt
+    try:
+        with hygiene.Watch(None, "case-a", "late_hook_kernel_mod:a"):
+            sys.modules["late_hook_kernel_mod"] = module           # the first kernel's window imports it
+        with pytest.raises(hygiene.Deferred) as deferred:
+            with hygiene.Watch(None, "case-b", "other_mod:b"):
+                torch.rsqrt = module.wrong                          # its callback fires in a later window
+        assert deferred.value.blamed == "case-a"
+        assert "torch.rsqrt replaced during case case-b's launch, by code of late_hook_kernel_mod:a" in str(deferred.value)
+        assert torch.rsqrt is original                              # put back before the re-run
+        with hygiene.Watch(None, "case-c", "late_hook_kernel_mod:a") as watch:
+            torch.rsqrt = module.wrong                              # its own kernel: its own finding
+        assert any("torch.rsqrt replaced" in f for f in watch.disturbed.findings)
+    finally:
+        torch.rsqrt = original
+        sys.modules.pop("late_hook_kernel_mod", None)
+        hygiene._imported_by.pop("late_hook_kernel_mod", None)
+        hygiene._last_case_of.pop("late_hook_kernel_mod:a", None)
