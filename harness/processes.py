@@ -356,13 +356,19 @@ def _cgroup2_base() -> str | None:
     return None
 
 
+# ``off``: make no cgroup (a host whose cgroups another manager owns, such as a systemd scope that
+# was not delegated); strays are then found by their environment and session only.
+CGROUP_ENV = "HARNESS_CGROUP"
+
+
 def run_cgroup() -> str | None:
     """This front end's cgroup (``harness-<pid>-<nonce>`` in its own), made on first use; None where
-    none can be made (no cgroup2 hierarchy, or not writable there)."""
+    none can be made (no cgroup2 hierarchy, or not writable there) or ``$HARNESS_CGROUP`` is off."""
     with _own_lock:
         if _cgroup_run[0] is None:
             _cgroup_run[0] = ""
-            base = _cgroup2_base()
+            off = os.environ.get(CGROUP_ENV, "").strip().lower() in ("off", "0", "no", "false")
+            base = None if off else _cgroup2_base()
             if base is not None:
                 path = os.path.join(base, f"harness-{os.getpid()}-{run_nonce()[:16]}")
                 _remove_stale_cgroups(base)

@@ -156,3 +156,11 @@ def test_an_escape_into_a_cgroup_below_its_workers_is_found_there(make_worker, t
     worker.close()
     processes.sweep()                                     # the run's end
     assert not os.path.exists(processes.run_cgroup()), os.listdir(processes.run_cgroup())
+
+
+def test_harness_cgroup_off_makes_no_cgroup(monkeypatch):
+    """A host whose cgroups another manager owns: the run makes none, whatever is writable."""
+    monkeypatch.setattr(processes, "_cgroup_run", [None])
+    monkeypatch.setattr(processes, "_cgroup2_base", lambda: pytest.fail("the hierarchy was looked at"))
+    monkeypatch.setenv(processes.CGROUP_ENV, "off")
+    assert processes.run_cgroup() is None
