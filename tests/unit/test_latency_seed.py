@@ -159,3 +159,25 @@ def test_latency_rows_judge_with_seeds_only_when_given():
     assert first["verdict"] == "UNSURE" and first["noise"]["own"]["df"] == MIN_ROUNDS - 1 and not first["noise"]["used"]
     seeded = latency_rows(results, ["good", "step"], 0.10, {"k": _seed(0.10).to_json()})[0]["latency_verdict"]
     assert seeded["verdict"] == "SLOWER" and seeded["noise"]["used"]
+
+
+def test_a_stored_step_compare_reports_the_verdict_the_bisect_used():
+    """The seed is stored in the step compare's plan: ``harness report`` of the step rebuilds the
+    seeded verdict, not the sign test's."""
+    from harness.outcomes import Outcome, Result
+    from harness.reports.history import stored_document
+    from harness.store import MemoryStore
+    store = MemoryStore()
+    seeds = {"k": _seed(0.10).to_json()}
+    parent = store.start_run(command=["t"], devices=["cpu"], kind="compare",
+                             extra={"refs": [{"name": "good"}, {"name": "step"}],
+                                    "plan": {"latency": {"threshold": 0.10, "seeds": seeds}}})
+    for ref, scale in (("good", None), ("step", 1)):
+        child = store.start_run(command=["t"], devices=["cpu"], kind="compare-ref", parent_id=parent, ref=ref,
+                                extra={"ref": {"name": ref}})
+        for rnd, r in enumerate(SLOWED[:MIN_ROUNDS]):
+            x = 1e-3 if scale is None else r * 1e-3
+            store.add_result(child, Result(case_id="k", outcome=Outcome.PASS, repeat=rnd, ref=ref,
+                                           metrics={"latency": {"measured": True, "samples_s": [x]}}))
+    (row,) = stored_document(store, parent)["latency"]
+    assert row["latency_verdict"]["verdict"] == "SLOWER" and row["latency_verdict"]["noise"]["used"]
