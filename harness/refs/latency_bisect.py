@@ -85,7 +85,7 @@ class SlowBisect:
     def noise_lines(self) -> list[str]:
         """``noise carried between steps: lpkg-decode sd 3.1% per round (3 steps, 15 df)``, per case."""
         return [f"noise carried between steps: {case} {seed.text()}"
-                + (f"; {n} step{'s' * (n != 1)} whose own noise disagreed not pooled" if (n := self.disagreed.get(case))
+                + (f"; {n} step{'s' * (n != 1)} whose own noise disagreed, not pooled" if (n := self.disagreed.get(case))
                    else "")
                 for case, seed in self.noise.items()]
 

@@ -141,7 +141,7 @@ def test_a_step_whose_noise_disagrees_is_not_pooled():
     first = state.noise["lpkg-decode"]
     state.carry([_row([1.0, 1.3, 0.75, 1.2, 0.8, 1.1])])        # a burst: much noisier
     assert state.noise["lpkg-decode"] == first and state.disagreed == {"lpkg-decode": 1}
-    assert "1 step whose own noise disagreed not pooled" in state.noise_lines()[0]
+    assert "1 step whose own noise disagreed, not pooled" in state.noise_lines()[0]
     state.carry([_row([1.01, 0.99, 1.02, 0.98, 1.0, 1.0])])
     assert state.noise["lpkg-decode"].steps == 2
 
