@@ -10,8 +10,9 @@ of ``--work`` loop steps a call before the reference attention, the loop ``--slo
 times longer from ``--slow-from`` on: 1.31 makes the whole call about 25% slower, since the
 loop is about four fifths of it) and runs the real CLI, one worker per ref, with
 ``--slower-than`` (default 10%) and the default rounds (up to ``MAX_ROUNDS``).  Printed per
-trial: the verdict of each measured commit with its ratio and interval, the answer, the wall
-time and the load average before and after.  No figure here is asserted anywhere: the e2e
+trial: the verdict of each measured commit with its ratio and interval, the rounds each step took,
+the noise carried between steps (docs/latency.md), the answer, the wall time and the load average
+before and after; at the end the mean rounds per step.  No figure here is asserted anywhere: the e2e
 tests (tests/e2e/test_latency_bisect_cli.py) use a larger slowdown so that they never flake.
 """
 from __future__ import annotations
@@ -58,8 +59,11 @@ def one_bisect(work: Path, args: argparse.Namespace, goldens: Path) -> dict:
     else:
         answer = "named the culprit" if doc["first_slow"] == culprit else "named a WRONG commit"
     steps = [line for line in (proc.stdout + proc.stderr).splitlines() if line.lstrip().startswith("step: ")]
+    rounds = [max((row["latency_verdict"].get("rounds", 0) for row in step["latency"]), default=0)
+              for step in doc["steps"]]
+    carried = [line for line in proc.stdout.splitlines() if line.startswith("noise carried between steps: ")]
     return {"answer": answer, "steps": steps, "wall": wall, "load": (load, os.getloadavg()[0]),
-            "measured": len(doc["steps"])}
+            "measured": len(doc["steps"]), "rounds": rounds, "carried": carried}
 
 
 def main() -> None:
@@ -75,6 +79,7 @@ def main() -> None:
     print(f"{args.commits} commits, the loop x{args.slow_factor} from commit {args.slow_from}, "
           f"--slower-than {args.slower_than}, {args.budget} s of samples per side per round")
     answers: dict[str, int] = {}
+    rounds: list[int] = []
     with tempfile.TemporaryDirectory() as tmp:
         goldens = Path(tmp) / "goldens"
         for trial in range(args.trials):
@@ -82,11 +87,16 @@ def main() -> None:
             work.mkdir()
             found = one_bisect(work, args, goldens)
             answers[found["answer"]] = answers.get(found["answer"], 0) + 1
+            rounds += found["rounds"]
             print(f"trial {trial + 1}: {found['answer']}, {found['measured']} commits measured, "
+                  f"rounds per step {found['rounds']} ({sum(found['rounds'])} in all), "
                   f"{found['wall']:.0f} s, load {found['load'][0]:.1f} -> {found['load'][1]:.1f}")
-            for line in found["steps"]:
-                print("   ", line.strip()[:200])
+            for line in found["steps"] + found["carried"]:
+                print("   ", line.strip()[:240])
     print("answers:", ", ".join(f"{n} {answer}" for answer, n in sorted(answers.items())))
+    if rounds:
+        print(f"rounds per step: mean {sum(rounds) / len(rounds):.1f} over {len(rounds)} steps, "
+              f"{sum(rounds) / args.trials:.1f} a bisect")
 
 
 if __name__ == "__main__":

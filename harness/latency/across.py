@@ -2,15 +2,17 @@
 other ref, each ref's samples kept round by round (docs/latency.md)."""
 from __future__ import annotations
 
-from harness.latency.statistics import DEFAULT_THRESHOLD, Side, against_stored, compare
+from harness.latency.statistics import DEFAULT_THRESHOLD, NoiseSeed, Side, against_stored, compare, compare_seeded
 from harness.outcomes import Result
 
 
 
-def undecided(cases: list, results: list[Result], ref_names: list[str], threshold: float) -> list:
+def undecided(cases: list, results: list[Result], ref_names: list[str], threshold: float,
+              seeds: dict | None = None) -> list:
     """The cases that need another round: some candidate still UNSURE against the baseline (a case
     without samples on a side gets no verdict from more rounds, and is not run again)."""
-    rows = latency_rows([r for r in results if r.case_id in {c.case_id for c in cases}], ref_names, threshold)
+    rows = latency_rows([r for r in results if r.case_id in {c.case_id for c in cases}], ref_names, threshold,
+                        seeds)
     unsure = {row["case_id"] for row in rows if row["latency_verdict"].get("verdict") == "UNSURE"}
     return [c for c in cases if c.case_id in unsure]
 
@@ -47,9 +49,12 @@ def sides(a: list[Result], b: list[Result], names: tuple[str, str]) -> tuple[Sid
     return Side(names[0], tuple(ra[i] for i in common)), Side(names[1], tuple(rb[i] for i in common))
 
 
-def latency_rows(results: list[Result], ref_names: list[str], threshold: float = DEFAULT_THRESHOLD) -> list[dict]:
+def latency_rows(results: list[Result], ref_names: list[str], threshold: float = DEFAULT_THRESHOLD,
+                 seeds: dict | None = None) -> list[dict]:
     """One row per case and candidate ref: ``{case_id, baseline, candidate, latency_verdict}``, the
-    verdict a ``Comparison.to_json()`` or ``{"error": why}`` when a side has no samples."""
+    verdict a ``Comparison.to_json()`` or ``{"error": why}`` when a side has no samples.  ``seeds``
+    (a latency bisect's step: case id → ``NoiseSeed.to_json()``, possibly empty) judges each case with
+    the noise carried from earlier steps (``statistics.compare_seeded``), and the verdict has ``noise``."""
     by_case: dict[str, dict[str, list[Result]]] = {}
     for r in results:
         by_case.setdefault(r.case_id, {}).setdefault(r.ref or "", []).append(r)
@@ -61,8 +66,12 @@ def latency_rows(results: list[Result], ref_names: list[str], threshold: float =
             if paired is None:
                 why = "; ".join(_why_none(per_ref.get(n, []), n) for n in (base, cand) if not rounds_of(per_ref.get(n, [])))
                 verdict = {"error": f"no verdict: {why or 'no round measured both'}"}
-            else:
+            elif seeds is None:
                 verdict = compare(*paired, threshold).to_json()
+            else:
+                seed = NoiseSeed.from_json(seeds[case_id]) if seeds.get(case_id) else None
+                judged, noise = compare_seeded(*paired, threshold, seed)
+                verdict = {**judged.to_json(), "noise": noise}
             rows.append({"case_id": case_id, "baseline": base, "candidate": cand, "latency_verdict": verdict})
     return rows
 

@@ -260,4 +260,124 @@ def ratio_text(v: dict) -> str:
     """``1.670x (95% CI 1.366-1.777, 6 rounds) SLOWER`` of one latency verdict (or its error)."""
     if "error" in v:
         return v["error"]
-    return f"{v['ratio']:.3f}x (95% CI {v['ci_low']:.3f}-{v['ci_high']:.3f}, {v['rounds']} rounds) {v['verdict']}"
+    text = f"{v['ratio']:.3f}x (95% CI {v['ci_low']:.3f}-{v['ci_high']:.3f}, {v['rounds']} rounds) {v['verdict']}"
+    return text + (" (with the noise carried from earlier steps)" if (v.get("noise") or {}).get("used") else "")
+
+
+# -- Noise carried between a latency bisect's steps (docs/latency.md, "Noise carried between steps") --------
+#
+# A bisect's steps time the same case on the same machine, each good against another commit, so the
+# spread of their per-round log-ratios (each about its own step's mean: the commits differ, the noise
+# does not) is one quantity.  Earlier steps' spread, pooled, seeds a step's interval: a t interval on the
+# mean log-ratio whose variance pools the step's own rounds with at most ``SEED_MAX_DF`` degrees of
+# freedom of the seed (its variance never under the step's own: the seed lends certainty about the
+# spread, not a smaller one), used only while the step's own spread agrees with the seed's (within
+# ``SEED_AGREE``); otherwise, and under ``MIN_ROUNDS`` rounds, the step is judged on its own rounds
+# alone (``compare``).  ``harness/refs/latency_bisect.py`` keeps the seed from step to step.
+
+SEED_MAX_DF = 20            # the most degrees of freedom earlier steps lend a step (t beyond ~20 df barely narrows)
+SEED_AGREE = 2.0            # a step's own sd of per-round log-ratios within this factor of the seed's: they agree
+
+
+@dataclass(frozen=True)
+class NoiseSeed:
+    """Pooled spread of per-round log-ratios: ``ss`` the sum of squares about each step's own mean,
+    ``df`` its degrees of freedom (rounds less one per step), ``steps`` how many steps it pools."""
+
+    ss: float
+    df: int
+    steps: int = 1
+
+    @property
+    def sd(self) -> float:
+        return math.sqrt(self.ss / self.df)
+
+    def pooled(self, other: "NoiseSeed") -> "NoiseSeed":
+        return NoiseSeed(self.ss + other.ss, self.df + other.df, self.steps + other.steps)
+
+    def capped(self) -> "NoiseSeed":
+        """The weight lent to a step: at most ``SEED_MAX_DF`` df, the sd unchanged."""
+        if self.df <= SEED_MAX_DF:
+            return self
+        return NoiseSeed(self.ss * SEED_MAX_DF / self.df, SEED_MAX_DF, self.steps)
+
+    def agrees(self, other: "NoiseSeed") -> bool:
+        """Whether ``other``'s sd is within ``SEED_AGREE`` of this one's, either way."""
+        return self.sd / SEED_AGREE <= other.sd <= self.sd * SEED_AGREE
+
+    def to_json(self) -> dict:
+        return {"sd": self.sd, "ss": self.ss, "df": self.df, "steps": self.steps}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "NoiseSeed":
+        return cls(float(data["ss"]), int(data["df"]), int(data.get("steps", 1)))
+
+    def text(self) -> str:
+        """``sd 3.1% per round (2 steps, 10 df)``: the sd of a per-round log-ratio, read as a percentage."""
+        return f"sd {100 * self.sd:.1f}% per round ({self.steps} step{'s' * (self.steps != 1)}, {self.df} df)"
+
+
+def own_noise(ratios: Sequence[float]) -> NoiseSeed | None:
+    """One step's spread of per-round log-ratios about its own mean; None under 2 rounds or with no spread."""
+    if len(ratios) < 2:
+        return None
+    x = np.log(np.asarray(ratios, float))
+    ss = float(((x - x.mean()) ** 2).sum())
+    return NoiseSeed(ss, len(x) - 1) if ss > 0 else None
+
+
+def t_quantile(conf: float, df: int) -> float:
+    """The two-sided Student t quantile (2.571 at 0.95 and 5 df): the normal one corrected in powers of
+    1/df (Cornish-Fisher, to the 1/df^4 term; within 1e-3 from 5 df, the fewest a step has)."""
+    z, v = stats.normal_quantile(conf), float(df)
+    return (z + (z ** 3 + z) / (4 * v) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * v ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * v ** 3)
+            + (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / (92160 * v ** 4))
+
+
+def seeded_interval(ratios: Sequence[float], seed: NoiseSeed | None,
+                    conf: float = CONF) -> tuple[tuple[float, float, float] | None, str]:
+    """(estimate, low, high) of the ratio from ``ratios`` with the noise ``seed`` carried from earlier
+    steps, and why not (None) when the seed does not apply: no seed, under ``MIN_ROUNDS`` rounds, or
+    this step's own spread disagreeing with the seed's (a noisier step is judged on its own rounds)."""
+    if seed is None:
+        return None, "no earlier step's noise"
+    if len(ratios) < MIN_ROUNDS:
+        return None, too_few_rounds(len(ratios))
+    own = own_noise(ratios)
+    if own is None or not seed.agrees(own):
+        said = f"sd {100 * own.sd:.1f}%" if own else "no spread"
+        return None, f"this step's own noise ({said}) disagrees with the carried {seed.text()}"
+    lent = seed.capped()
+    x = np.log(np.asarray(ratios, float))
+    df = own.df + lent.df
+    var = max((own.ss + lent.ss) / df, own.ss / own.df)     # never narrower than the step's own spread
+    half = t_quantile(conf, df) * math.sqrt(var / len(x))
+    mean = float(x.mean())
+    return (math.exp(mean), math.exp(mean - half), math.exp(mean + half)), ""
+
+
+def compare_seeded(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOLD,
+                   seed: NoiseSeed | None = None, conf: float = CONF) -> tuple[Comparison, dict]:
+    """``compare``, with the interval of ``seeded_interval`` where the seed applies (then the ratio is
+    the geometric mean of the per-round ratios, the centre of that interval), and what noise was used:
+    ``{own, seed, used, why}`` (``why``: why the seed was not used)."""
+    plain = compare(baseline, candidate, threshold, conf)
+    ratios = round_ratios(baseline, candidate)
+    own = own_noise(ratios)
+    noise = {"own": own.to_json() if own else None, "seed": seed.to_json() if seed else None, "used": False,
+             "why": ""}
+    if plain.rounds < MIN_ROUNDS or any(spread(s.samples) > MAX_SPREAD for s in (baseline, candidate)):
+        noise["why"] = plain.why        # too few rounds or too wide a spread: UNSURE whatever the interval
+        return plain, noise
+    found, why = seeded_interval(ratios, seed, conf)
+    if found is None:
+        noise["why"] = why
+        return plain, noise
+    est, lo, hi = found
+    verdict = decide(lo, hi, threshold)
+    why = (f"the 95% CI (with the carried noise) straddles {1 + threshold:.2f}x or {1 / (1 + threshold):.3f}x"
+           if verdict is Verdict.UNSURE else "")
+    noise["used"] = True
+    return Comparison(plain.baseline, plain.candidate, plain.baseline_s, plain.candidate_s, est, lo, hi, verdict,
+                      threshold, plain.rounds, plain.samples, why), noise

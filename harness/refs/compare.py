@@ -234,6 +234,7 @@ class Compared:
     refs: list[dict] = field(default_factory=list)          # each ref's provenance (sha, subject, build, env)
     device_info: dict = field(default_factory=dict)
     latency_threshold: float | None = None               # a latency compare's threshold
+    latency_seeds: dict | None = None                    # a latency bisect step's carried noise (plan.latency)
 
     @property
     def rows(self) -> list[CompareRow]:
@@ -244,7 +245,7 @@ class Compared:
         """Per case and candidate ref, ``latency_verdict`` (a latency compare only)."""
         if self.latency_threshold is None:
             return None
-        return latency_rows(self.results, self.names, self.latency_threshold)
+        return latency_rows(self.results, self.names, self.latency_threshold, self.latency_seeds)
 
     def document(self, command: list[str]) -> dict:
         return build_document(
@@ -258,7 +259,8 @@ class Compared:
 def compared(store: Store, parent: str, plan: ComparePlan) -> Compared:
     """An empty ``Compared`` for the stored compare ``parent``, for ``run_compare`` to fill."""
     return Compared(parent, [name for name, _ in plan.refs], list(plan.devices), store.run(parent)["started"],
-                    latency_threshold=plan.latency["threshold"] if plan.latency else None)
+                    latency_threshold=plan.latency["threshold"] if plan.latency else None,
+                    latency_seeds=plan.latency.get("seeds") if plan.latency else None)
 
 
 def run_compare(runner: RefRunner, store: Store, plan: ComparePlan, commits: list[tuple[str, Commit]],
@@ -336,7 +338,8 @@ def run_compare(runner: RefRunner, store: Store, plan: ComparePlan, commits: lis
                     visit(name, commit, in_round)
                 runner.new_round()
                 if r + 1 >= MIN_ROUNDS:
-                    pending = undecided(pending, done.results, names, plan.latency["threshold"])
+                    pending = undecided(pending, done.results, names, plan.latency["threshold"],
+                                        plan.latency.get("seeds"))
                 if not pending:
                     break
     finally:
@@ -344,6 +347,7 @@ def run_compare(runner: RefRunner, store: Store, plan: ComparePlan, commits: lis
         store.finish_run(parent, {**summarize(done.results),
                                   "compare": [{k: v for k, v in r.to_json().items()
                                                if k in ("case_id", "cells", "verdict", "p_value")} for r in rows],
-                                  **({"latency": latency_rows(done.results, names, plan.latency["threshold"])}
+                                  **({"latency": latency_rows(done.results, names, plan.latency["threshold"],
+                                                              plan.latency.get("seeds"))}
                                      if plan.latency else {})})
     return done

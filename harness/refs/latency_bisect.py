@@ -8,6 +8,13 @@ worker's own speed is round noise, not a bias every round shares.  A step is *sl
 when every case is SAME or FASTER, and *unsure* otherwise (UNSURE after every round, a failing
 case, a build error): an unsure commit is skipped as ``git bisect skip`` would, never guessed,
 and when skips leave several candidates the answer is the range, not a pick.
+
+The steps time the same cases on the same machine, so the noise one step measured (the spread of
+its per-round log-ratios, per case) is carried to the next as a seed (``statistics.NoiseSeed``,
+pooled over the steps whose noise agreed): a step whose own noise agrees with it is judged on an
+interval that pools both (``statistics.compare_seeded``) and can decide in fewer rounds; one whose
+noise disagrees is judged on its own rounds, and is not pooled (docs/latency.md, "Noise carried
+between steps").
 """
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ from harness.case import Case
 from harness.refs import compare as refcompare
 from harness.refs.git import Commit
 from harness.refs.runner import RefRunner, RefSetup
-from harness.latency.statistics import ratio_text
+from harness.latency.statistics import MIN_ROUNDS, NoiseSeed, ratio_text
 from harness.run.options import ResumeOptions
 from harness.store import Store
 
@@ -56,6 +63,31 @@ class SlowBisect:
     first_slow: Commit | None = None
     candidates: list[Commit] = field(default_factory=list)   # more than one: skips left a range
     why: str = ""                   # no answer: why (the bad commit is not slower, or unsure)
+    noise: dict[str, NoiseSeed] = field(default_factory=dict)       # per case: the noise carried to the next step
+    disagreed: dict[str, int] = field(default_factory=dict)         # per case: steps whose noise was not pooled
+
+    def carry(self, rows) -> None:
+        """Pool a finished step's own noise (per case) into the seed when it agrees with it (or there is
+        none yet), from ``MIN_ROUNDS`` rounds on; a step whose noise disagrees is left out and counted."""
+        for row in rows:
+            own = (row["latency_verdict"].get("noise") or {}).get("own")
+            if not own:
+                continue
+            own, case = NoiseSeed.from_json(own), row["case_id"]
+            if own.df + 1 < MIN_ROUNDS:
+                continue
+            seed = self.noise.get(case)
+            if seed is None or seed.agrees(own):
+                self.noise[case] = own if seed is None else seed.pooled(own)
+            else:
+                self.disagreed[case] = self.disagreed.get(case, 0) + 1
+
+    def noise_lines(self) -> list[str]:
+        """``noise carried between steps: lpkg-decode sd 3.1% per round (3 steps, 15 df)``, per case."""
+        return [f"noise carried between steps: {case} {seed.text()}"
+                + (f"; {n} step{'s' * (n != 1)} whose own noise disagreed, not pooled" if (n := self.disagreed.get(case))
+                   else "")
+                for case, seed in self.noise.items()]
 
     def culprit_rows(self) -> tuple[dict, ...]:
         """The latency rows that made the first slow commit slow (its step against good); () when none."""
@@ -69,6 +101,8 @@ class SlowBisect:
                 "culprit": {"sha": c.sha, "subject": c.subject, "author": c.author, "author_date": c.author_date,
                             "latency": list(self.culprit_rows())} if c else None,
                 "candidates": [c.sha for c in self.candidates], "why": self.why,
+                "noise": {case: {**seed.to_json(), "disagreed": self.disagreed.get(case, 0)}
+                          for case, seed in self.noise.items()},
                 "steps": [{"sha": s.commit.sha, "verdict": s.verdict.value, "compare": s.compare_id,
                            "latency": list(s.rows)} for s in self.steps]}
 
@@ -95,12 +129,18 @@ class Measure:
 
 
 def measure(runner: RefRunner, store: Store, how: Measure, good: Commit, commit: Commit, *,
-            command: list[str], parent_id: str | None) -> tuple[StepVerdict, list[dict], str]:
-    """One step: good against ``commit`` in rounds until decided; (verdict, latency rows, compare id)."""
+            command: list[str], parent_id: str | None,
+            seeds: dict[str, NoiseSeed] | None = None) -> tuple[StepVerdict, list[dict], str]:
+    """One step: good against ``commit`` in rounds until decided; (verdict, latency rows, compare id).
+    ``seeds`` (a bisect's step: per case, the noise of earlier steps, possibly none yet) judges it with
+    that noise (``statistics.compare_seeded``), stored in the compare's plan so its report agrees."""
     named = [("good", good), (commit.short, commit)]
+    latency = {"threshold": how.threshold}
+    if seeds is not None:
+        latency["seeds"] = {case: seed.to_json() for case, seed in seeds.items()}
     plan = refcompare.ComparePlan(setup=how.setup, refs=tuple((n, c.sha) for n, c in named), cases=how.cases,
                                   repeat=how.max_rounds, devices=how.devices, options=how.options,
-                                  latency={"threshold": how.threshold})
+                                  latency=latency)
     compare_id = refcompare.start(store, plan, named, command=command, parent_id=parent_id)
     done = refcompare.run_compare(runner, store, plan, named, refcompare.compared(store, compare_id, plan),
                                   command=command)
@@ -116,9 +156,11 @@ def bisect(runner: RefRunner, store: Store, how: Measure, good: Commit, commits:
     n = len(commits)
 
     def run(i: int) -> StepVerdict:
-        verdict, rows, cid = measure(runner, store, how, good, commits[i], command=command, parent_id=parent_id)
+        verdict, rows, cid = measure(runner, store, how, good, commits[i], command=command, parent_id=parent_id,
+                                     seeds=dict(state.noise))
         step = Step(i, commits[i], verdict, tuple(rows), cid)
         state.steps.append(step)
+        state.carry(rows)
         if on_step:
             on_step(step, n)
         return verdict
@@ -161,8 +203,8 @@ def conclusion_lines(state: SlowBisect) -> list[str]:
         return [f"{c.sha} is the first bad commit", f"commit {c.sha}", f"Author: {c.author}",
                 f"Date:   {c.author_date}", "", f"    {c.subject}", "",
                 *(f"{row['case_id']}: {ratio_text(row['latency_verdict'])} against good {state.good.short}"
-                  for row in state.culprit_rows())]
+                  for row in state.culprit_rows()), *state.noise_lines()]
     if state.candidates:
         return ["There are only 'skip'ped commits left to test.", "The first bad commit could be any of:",
-                *(c.sha for c in state.candidates), "We cannot bisect more!"]
-    return [f"no first slow commit: {state.why}"]
+                *(c.sha for c in state.candidates), "We cannot bisect more!", *state.noise_lines()]
+    return [f"no first slow commit: {state.why}", *state.noise_lines()]

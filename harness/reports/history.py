@@ -52,7 +52,7 @@ def stored_document(store: Store, run_id: str) -> dict:
             keys["compare"] = [row.to_json() for row in refcompare.table(results, names)] if results else []
             latency = (extra.get("plan") or {}).get("latency")
             if latency and results:      # a latency compare: its verdicts (docs/latency.md)
-                keys["latency"] = latency_rows(results, names, latency["threshold"])
+                keys["latency"] = latency_rows(results, names, latency["threshold"], latency.get("seeds"))
         else:
             state = BisectState.from_dict(extra["bisect"]["state"])
             keys["bisect"] = {**state.report(), "failure": signature_failure(results, state.signature)}
