@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from helpers import KERNELS_UNDER_TEST
-from harness.case import PRESETS, Case, SeqLens, SlotMode
+from helpers import KERNELS_UNDER_TEST, hostile_case
+from harness.case import Case
 from harness.devices import Device
 from harness.outcomes import Outcome
 from harness.processes import process_state
@@ -21,25 +21,7 @@ pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="ne
 
 
 def case(kernel: str, case_id: str, pids) -> Case:
-    return Case(case_id=case_id, matrix="t", source="test", op="rope_kv_write",
-                kernel=kernel if kernel == "reference" else f"hostile.escapes:{kernel}",
-                geometry=PRESETS["tiny"], seq_lens=SeqLens("multi_block"), slot_mode=SlotMode("arange"), seed=3,
-                timeout_s=60.0, env={"HOSTILE_PIDS": str(pids)})
-
-
-@pytest.fixture
-def make_worker(tmp_path):
-    made = []
-
-    def make(fork: bool = True) -> DeviceWorker:
-        options = WorkerOptions(log_dir=tmp_path / "logs", golden_cache=str(tmp_path / "goldens"),
-                                kernel_paths=(str(KERNELS_UNDER_TEST),), fork_cpu_workers=fork)
-        made.append(DeviceWorker(Device("cpu"), options))
-        return made[-1]
-
-    yield make
-    for w in made:
-        w.close()
+    return hostile_case("escapes", kernel, case_id, {"HOSTILE_PIDS": str(pids)})
 
 
 def _gone(pid: int) -> bool:

@@ -12,28 +12,13 @@ import time
 
 import pytest
 
-from helpers import KERNELS_UNDER_TEST
-from harness.case import PRESETS, Case, SeqLens, SlotMode
-from harness.devices import Device
+from helpers import hostile_case
+from harness.case import Case
 from harness.outcomes import Outcome
-from harness.run.pool import DeviceWorker
-from harness.run.spawn import WorkerOptions
 
 
 def case(kernel: str, case_id: str) -> Case:
-    return Case(case_id=case_id, matrix="t", source="test", op="rope_kv_write",
-                kernel=kernel if ":" in kernel or kernel in ("reference", "skip_rope") else f"hostile.late_hooks:{kernel}",
-                geometry=PRESETS["tiny"], seq_lens=SeqLens("multi_block"), slot_mode=SlotMode("arange"), seed=3,
-                timeout_s=60.0)
-
-
-@pytest.fixture
-def worker(tmp_path):
-    options = WorkerOptions(log_dir=tmp_path / "logs", golden_cache=str(tmp_path / "goldens"),
-                            kernel_paths=(str(KERNELS_UNDER_TEST),))
-    w = DeviceWorker(Device("cpu"), options)
-    yield w
-    w.close()
+    return hostile_case("late_hooks", kernel, case_id)
 
 
 def _then(worker, tmp_path, *kernels):

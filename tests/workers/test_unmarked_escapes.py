@@ -12,23 +12,17 @@ import time
 
 import pytest
 
-from helpers import KERNELS_UNDER_TEST
+from helpers import hostile_case
 from harness import processes
-from harness.case import PRESETS, Case, SeqLens, SlotMode
-from harness.devices import Device
+from harness.case import Case
 from harness.outcomes import Outcome
 from harness.processes import process_state
-from harness.run.pool import DeviceWorker
-from harness.run.spawn import WorkerOptions
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
 
 
 def case(kernel: str, case_id: str, pids) -> Case:
-    return Case(case_id=case_id, matrix="t", source="test", op="rope_kv_write",
-                kernel=kernel if kernel == "reference" else f"hostile.escapes_marker:{kernel}",
-                geometry=PRESETS["tiny"], seq_lens=SeqLens("multi_block"), slot_mode=SlotMode("arange"), seed=3,
-                timeout_s=60.0, env={"HOSTILE_PIDS": str(pids)})
+    return hostile_case("escapes_marker", kernel, case_id, {"HOSTILE_PIDS": str(pids)})
 
 
 def _gone(pid: int) -> bool:
@@ -41,21 +35,6 @@ def _pid(pids, name: str) -> int:
             return int((pids / f"{name}.pid").read_text())
         time.sleep(0.01)
     raise AssertionError(f"{name}.pid never written")
-
-
-@pytest.fixture
-def make_worker(tmp_path):
-    made = []
-
-    def make(fork: bool = True) -> DeviceWorker:
-        options = WorkerOptions(log_dir=tmp_path / "logs", golden_cache=str(tmp_path / "goldens"),
-                                kernel_paths=(str(KERNELS_UNDER_TEST),), fork_cpu_workers=fork)
-        made.append(DeviceWorker(Device("cpu"), options))
-        return made[-1]
-
-    yield make
-    for w in made:
-        w.close()
 
 
 @pytest.fixture
