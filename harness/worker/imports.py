@@ -89,8 +89,10 @@ def _plain_entry(path: Any, finder: Any) -> bool:
 def _changed_entries(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any]]:
     """Importer cache entries added or replaced since ``before`` that are not the import system's own
     finder for their path; removed ones are rebuilt by the import system (``invalidate_caches``)."""
+    # identity without id(): id() raises an audit event, and the worker's audit hook (hooks.py) is a
+    # Python call per event: 2 x 336 entries a snapshot on this machine, 0.5-1 ms a case
     if len(before) == len(after) and list(before) == list(after) and \
-            list(map(id, before.values())) == list(map(id, after.values())):
+            all(b is a for b, a in zip(before.values(), after.values())):
         return []
     return [(path, finder) for path, finder in after.items()
             if before.get(path, _GONE) is not finder and not _plain_entry(path, finder)]
