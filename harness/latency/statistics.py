@@ -11,9 +11,9 @@ per-round ratios**, and its interval the distribution-free sign-test one (binomi
 statistics, ``stats.median_ci``) at ``LOOK_CONF`` (99%), which needs ``MIN_ROUNDS`` (8) rounds.
 99%, not 95%: a compare looks at the interval after every round from the 8th to the 40th and
 stops at the first verdict, and a 95% interval looked at that often decides identical refs far
-more often than 5% of the time (docs/latency.md, "Many looks").  Below that
-the estimate and interval are the Hodges–Lehmann shift of the pooled log-latencies and its
-Mann–Whitney interval, widened to the range of the per-round ratios when there are 2 to 5.
+more often than 5% of the time (docs/latency.md, "Many looks").  Below 8 rounds the estimate
+and interval are the Hodges–Lehmann shift of the pooled log-latencies and its Mann–Whitney
+interval, widened to the range of the per-round ratios when there are 2 to 7.
 Rounds stop at ``MAX_ROUNDS``, the one bound compare, bisect and the benchmark use.
 
 The verdict needs the whole interval on one side of the threshold:
