@@ -22,8 +22,9 @@ users do, not a busy loop).  The same rounds are also read with the rule before 
 (the 95% interval at every look from the 6th round): how often it decided SLOWER or FASTER on the
 rounds each pair ran (a lower bound: it might have decided later than the pair stopped).
 
-Each pair is a line of ``--out`` (JSON) as it ends; a summary every ``--every`` pairs and at the
-end, also on SIGTERM / Ctrl-C (what finished counts).  Goals (issue 38): at least 300 identical
+Each pair is a line of ``--out`` (JSON) as it ends (appended: several runs can share a file);
+a summary every ``--every`` pairs and at the end, also on SIGTERM / Ctrl-C (what finished
+counts); ``--summarize FILE`` prints the summary of every pair in a file.  Goals (issue 38): at least 300 identical
 pairs under a load of 4 or more, at most 1% false SLOWER or FASTER; a 30% slowdown SLOWER at
 least 95% of the time.
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import signal
@@ -126,14 +128,15 @@ def summary(rows: list[dict], loads: list[float]) -> list[str]:
         old = {v.value: sum(r["old_rule"] == v.value for r in got) for v in (Verdict.SLOWER, Verdict.FASTER)}
         rounds = pystats.median(r["rounds"] for r in got)
         wall = pystats.median(r["wall_s"] for r in got)
+        spread = pystats.median(pystats.stdev(math.log(x) for x in r["ratios"]) for r in got if len(r["ratios"]) > 2)
         if kind == "identical":
             bad = counts["SLOWER"] + counts["FASTER"]
             out.append(f"identical pairs: {n}: {counts}; false SLOWER or FASTER {bad} ({100 * bad / n:.2f}%); "
-                       f"median {rounds:g} rounds, {wall:.1f} s a pair; the old rule (95% at every look from "
-                       f"round 6) on the same rounds: {old}")
+                       f"median {rounds:g} rounds, {wall:.1f} s a pair, per-round ratios' log sd {spread:.3f} (median); "
+                       f"the old rule (95% at every look from round 6) on the same rounds: {old}")
         else:
             out.append(f"slower pairs: {n}: {counts}; SLOWER {counts['SLOWER']} ({100 * counts['SLOWER'] / n:.1f}%); "
-                       f"median {rounds:g} rounds, {wall:.1f} s a pair; old rule on the same rounds: {old}")
+                       f"median {rounds:g} rounds, {wall:.1f} s a pair, log sd {spread:.3f}; old rule on the same rounds: {old}")
     if loads:
         out.append(f"load average (1 min) at the pairs' ends: {min(loads):.2f}-{max(loads):.2f}, "
                    f"median {pystats.median(loads):.2f}")
@@ -154,7 +157,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=38)
     ap.add_argument("--every", type=int, default=25, help="a summary every N pairs")
     ap.add_argument("--out", default=None, help="one JSON line per pair")
+    ap.add_argument("--summarize", default=None, metavar="FILE",
+                    help="run nothing: the summary of the pairs in FILE (an --out, of one run or several)")
     args = ap.parse_args()
+    if args.summarize:
+        with open(args.summarize) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        for line in summary(rows, [r["load"] for r in rows]):
+            print(line)
+        return
     spec = LatencySpec(warmup_s=0.01, budget_s=args.budget, target=0.02)
     kinds = ["identical"] * args.identical + ["slower"] * args.slower
     random.Random(args.seed).shuffle(kinds)
