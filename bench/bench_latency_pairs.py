@@ -13,9 +13,10 @@ decides on, at every look), and the first verdict that is not UNSURE ends the pa
 ``--max-rounds`` (default ``MAX_ROUNDS``, as compare).  The kernel is ``bench_latency.spin``: the
 same number of loop steps on both sides of an identical pair, ``1 + --slowdown`` times it on B of
 a slower one.  The side processes are plain Python processes, not the harness's device workers
-(those import torch: about 2 s of CPU a start, 30 s a pair, too many for hundreds of pairs on
-two cores), so a worker's process-level speed (placement, memory layout) is in the figures and
-the case's checks are not.  Pairs of the two kinds are shuffled together (seeded) and ``--jobs``
+(forked from its CPU zygote, with the case's checks and the store around the timing): a
+process's own speed (placement, memory layout) is in the figures, the rest of the harness's path
+is not (``harness compare --latency`` on a ``tests/gitrepo.py`` ``make_latency_repo`` repository
+measures that path; docs/benchmarks.md, "Verdicts under load").  Pairs of the two kinds are shuffled together (seeded) and ``--jobs``
 run at once, so the load falls on both kinds alike; ``--tenants N`` adds N processes that each
 start Python, import torch and multiply matrices on one thread, over and over (work a shared machine's other
 users do, not a busy loop).  The same rounds are also read with the rule before issue 38's fix
