@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.goldens.cache import GoldenCache
-from harness.latency.statistics import Side, compare
+from harness.latency.statistics import CONF, Side, compare
 from harness.case import PRESETS, Case, SeqLens, SlotMode
 from harness.devices import Device, backend
 from harness.run.engine import Engine, Planned, RunOptions
@@ -124,7 +124,7 @@ def main() -> None:
             for name in order[r % len(order):] + order[:r % len(order)]:
                 sides[name].append(1000 * runs[name](r) / n)
     ratio = compare(Side("loop", tuple((x,) for x in sides["loop"])),
-                    Side("engine", tuple((x,) for x in sides["engine"])))
+                    Side("engine", tuple((x,) for x in sides["engine"])), conf=CONF)   # one look: 95%, as printed
     med = {name: statistics.median(xs) for name, xs in sides.items()}
     print(f"cases: {n} tiny ({', '.join(OPS)}), goldens computed on both sides, {args.rounds} rounds "
           f"(sides interleaved, order rotating), torch threads {args.threads} everywhere, "

@@ -12,7 +12,8 @@ from harness.cli.common import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, devices, engin
 from harness.commands.selection import deciding
 from harness.devices import parse_device
 from harness.formats import printable
-from harness.latency.statistics import DEFAULT_THRESHOLD, MAX_ROUNDS, Comparison, rounds_floor
+from harness.latency.statistics import (DEFAULT_THRESHOLD, LOOK_CONF, MAX_ROUNDS, Comparison, ci_label,
+                                       rounds_floor)
 from harness.errors import UsageError
 from harness.run.session import terminated_as_interrupt
 from harness.refs import compare as refcompare
@@ -154,9 +155,9 @@ def _compare(args, named: list[tuple[str, str]], store: Store) -> int:
 
 
 def _print_latency(rows: list[dict], plan) -> None:
-    """Per case and candidate: ``upstream 412.0 µs -> fix 361.0 µs (0.876x, 95% CI 0.86-0.90): FASTER``."""
+    """Per case and candidate: ``upstream 412.0 µs -> fix 361.0 µs (0.876x, 99% CI 0.86-0.90): FASTER``."""
     print(f"latency: up to {plan.repeat} rounds per case, threshold {100 * plan.latency['threshold']:g}% "
-          f"(a verdict needs the whole 95% CI past it)")
+          f"(a verdict needs the whole {ci_label(LOOK_CONF)} past it)")
     for row in rows:
         v = row["latency_verdict"]
         text = v["error"] if "error" in v else Comparison.from_json(v).describe()

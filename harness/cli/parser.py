@@ -134,7 +134,7 @@ def _add_latency(p: argparse.ArgumentParser, *, across: bool = False, switch: bo
                         "or the wall clock (perf_counter_ns); accelerators use device events")
     if across:
         p.add_argument("--latency-threshold", type=percent("--latency-threshold"), default=None, metavar="PCT",
-                       help="a ratio beyond 1 +/- PCT (its whole 95%% CI) is SLOWER/FASTER (default 5%%)")
+                       help="a ratio beyond 1 +/- PCT (its whole 99%% CI) is SLOWER/FASTER (default 5%%)")
         p.add_argument("--latency-rounds", type=positive_int("--latency-rounds", 1000), default=None, metavar="N",
                        help=f"at most N rounds of A, B, B, A... per case: {MIN_ROUNDS}, then more while a case is "
                             f"UNSURE (default {MAX_ROUNDS})")

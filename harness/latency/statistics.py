@@ -1,4 +1,4 @@
-"""Two refs' timed samples of one case → a ratio, its 95% interval, and a verdict (docs/latency.md).
+"""Two refs' timed samples of one case → a ratio, its interval, and a verdict (docs/latency.md).
 
 The ratio is candidate / baseline, taken round by round.  Samples taken in one round by one
 worker are not independent of each other (a worker that landed beside another tenant's burst
@@ -8,9 +8,12 @@ under ``DECILE_MIN_SAMPLES`` samples): load spikes only ever add time, so the lo
 round is what the kernel costs and the least moved by other tenants.  The round's ratio is
 candidate figure / baseline figure of the same round; the estimate is the **median of the
 per-round ratios**, and its interval the distribution-free sign-test one (binomial order
-statistics, ``stats.median_ci``), which needs ``MIN_ROUNDS`` (6) rounds at 95%.  Below that
-the estimate and interval are the Hodges–Lehmann shift of the pooled log-latencies and its
-Mann–Whitney interval, widened to the range of the per-round ratios when there are 2 to 5.
+statistics, ``stats.median_ci``) at ``LOOK_CONF`` (99%), which needs ``MIN_ROUNDS`` (8) rounds.
+99%, not 95%: a compare looks at the interval after every round from the 8th to the 40th and
+stops at the first verdict, and a 95% interval looked at that often decides identical refs far
+more often than 5% of the time (docs/latency.md, "Many looks").  Below 8 rounds the estimate
+and interval are the Hodges–Lehmann shift of the pooled log-latencies and its Mann–Whitney
+interval, widened to the range of the per-round ratios when there are 2 to 7.
 Rounds stop at ``MAX_ROUNDS``, the one bound compare, bisect and the benchmark use.
 
 The verdict needs the whole interval on one side of the threshold:
@@ -33,10 +36,11 @@ import numpy as np
 
 from harness import stats
 
-CONF = 0.95
+CONF = 0.95                 # one run's median; a run against a stored run (one look)
+LOOK_CONF = 0.99            # a compare's ratio: the interval it decides on at every look (docs/latency.md, "Many looks")
 DEFAULT_THRESHOLD = 0.05
 MAX_SPREAD = 10.0           # p90 / p10 of one side beyond this: UNSURE, with the spread said
-MIN_ROUNDS = 6              # the fewest per-round ratios whose median has a 95% sign-test interval
+MIN_ROUNDS = 8              # the fewest per-round ratios whose median has a 99% sign-test interval (2 / 2^8 = 0.8%)
 MAX_ROUNDS = 40             # a latency compare or bisect step: at most this many rounds (the default)
 DECILE_MIN_SAMPLES = 21     # fewer samples in a round: its figure is the minimum, not the lower decile
 QUIET_SPREAD = 2.0          # run against a stored run: a side spread wider (p90 / p10) ran on a loaded machine
@@ -104,10 +108,10 @@ def round_ratios(baseline: "Side", candidate: "Side") -> list[float]:
     return [round_figure(rb) / round_figure(ra) for ra, rb in zip(baseline.rounds, candidate.rounds) if ra and rb]
 
 
-def ratio_interval(baseline: "Side", candidate: "Side", conf: float = CONF) -> tuple[float, float, float, int]:
+def ratio_interval(baseline: "Side", candidate: "Side", conf: float = LOOK_CONF) -> tuple[float, float, float, int]:
     """(estimate, low, high, rounds) of candidate / baseline (module docstring)."""
     ratios = round_ratios(baseline, candidate)
-    ci = stats.median_ci(ratios, conf) if len(ratios) >= MIN_ROUNDS else None
+    ci = stats.median_ci(ratios, conf)
     if ci is not None:
         return stats.median(ratios), ci[0], ci[1], len(ratios)
     est, lo, hi = hodges_lehmann_ratio(baseline.samples, candidate.samples, conf)
@@ -148,25 +152,36 @@ class Comparison:
     rounds: int
     samples: tuple[int, int]
     why: str = ""              # what made it UNSURE, when something other than the interval did
+    conf: float = CONF         # the level of [ci_low, ci_high]: LOOK_CONF for a compare, CONF against a stored run
 
     def to_json(self) -> dict:
         """The ``latency_verdict`` of a case and ref pair (docs/json-schema.md)."""
         return {"baseline": self.baseline, "candidate": self.candidate, "baseline_median_s": self.baseline_s,
                 "candidate_median_s": self.candidate_s, "ratio": self.ratio, "ci_low": self.ci_low,
                 "ci_high": self.ci_high, "verdict": self.verdict.value, "threshold": self.threshold,
-                "rounds": self.rounds, "samples": list(self.samples), "why": self.why}
+                "rounds": self.rounds, "samples": list(self.samples), "why": self.why, "conf": self.conf}
 
     @classmethod
     def from_json(cls, data: dict) -> "Comparison":
         return cls(data["baseline"], data["candidate"], data["baseline_median_s"], data["candidate_median_s"],
                    data["ratio"], data["ci_low"], data["ci_high"], Verdict(data["verdict"]), data["threshold"],
-                   data["rounds"], tuple(data["samples"]), data.get("why", ""))
+                   data["rounds"], tuple(data["samples"]), data.get("why", ""), data.get("conf", CONF))
 
     def describe(self) -> str:
-        """``upstream 412 µs -> fix 361 µs (0.88x, 95% CI 0.86-0.90): FASTER``."""
+        """``upstream 412 µs -> fix 361 µs (0.88x, 99% CI 0.86-0.90): FASTER``."""
         text = (f"{self.baseline} {us(self.baseline_s)} -> {self.candidate} {us(self.candidate_s)} "
-                f"({self.ratio:.3f}x, 95% CI {self.ci_low:.3f}-{self.ci_high:.3f}): {self.verdict.value}")
+                f"({self.ratio:.3f}x, {ci_label(self.conf)} {self.ci_low:.3f}-{self.ci_high:.3f}): {self.verdict.value}")
         return text + (f" ({self.why})" if self.why else "")
+
+
+def ci_label(conf: float) -> str:
+    """``99% CI``: what an interval of level ``conf`` is called in every text."""
+    return f"{100 * conf:g}% CI"
+
+
+def level_of(verdict: dict) -> float:
+    """The level of a stored ``latency_verdict``'s interval (one stored before it was recorded: 95%)."""
+    return verdict.get("conf", CONF)
 
 
 def us(seconds: float) -> str:
@@ -186,7 +201,7 @@ def decide(lo: float, hi: float, threshold: float) -> Verdict:
 
 def rounds_floor(asked: int, flag: str) -> tuple[int, str | None]:
     """The most rounds a latency compare may run when ``flag`` asked for ``asked``: never under
-    ``MIN_ROUNDS`` (fewer rounds give no 95% interval on the ratio), and the line that says so."""
+    ``MIN_ROUNDS`` (fewer rounds give no 99% interval on the ratio), and the line that says so."""
     if asked >= MIN_ROUNDS:
         return asked, None
     return MIN_ROUNDS, (f"latency: {flag} {asked} is under the {MIN_ROUNDS} rounds a latency verdict needs "
@@ -199,9 +214,11 @@ def too_few_rounds(rounds: int) -> str:
             f"(one worker's slow phase can fill fewer)")
 
 
-def compare(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOLD, conf: float = CONF) -> Comparison:
+def compare(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOLD,
+            conf: float = LOOK_CONF) -> Comparison:
     """The verdict on ``candidate`` against ``baseline`` (module docstring); UNSURE under
-    ``MIN_ROUNDS`` rounds, whatever the interval (the interval is still given)."""
+    ``MIN_ROUNDS`` rounds, whatever the interval (the interval is still given).  ``conf``: the
+    level of the interval, the one a compare may look at after every round (``LOOK_CONF``)."""
     a, b = baseline.samples, candidate.samples
     ratio, lo, hi, rounds = ratio_interval(baseline, candidate, conf)
     verdict, why = decide(lo, hi, threshold), ""
@@ -213,9 +230,9 @@ def compare(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOL
     elif rounds < MIN_ROUNDS:
         verdict, why = Verdict.UNSURE, too_few_rounds(rounds)
     elif verdict is Verdict.UNSURE:
-        why = f"the 95% CI straddles {1 + threshold:.2f}x or {1 / (1 + threshold):.3f}x"
+        why = f"the {ci_label(conf)} straddles {1 + threshold:.2f}x or {1 / (1 + threshold):.3f}x"
     return Comparison(baseline.name, candidate.name, stats.median(a), stats.median(b), ratio, lo, hi, verdict,
-                      threshold, rounds, (len(a), len(b)), why)
+                      threshold, rounds, (len(a), len(b)), why, conf)
 
 
 def against_stored(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOLD,
@@ -236,7 +253,7 @@ def against_stored(baseline: Side, candidate: Side, threshold: float = DEFAULT_T
            for s in (baseline, candidate) if cis[s.name] is None]
     if few:
         return Comparison(baseline.name, candidate.name, ma, mb, mb / ma, 0.0, math.inf, Verdict.UNSURE, threshold,
-                          1, (len(a), len(b)), "; ".join(few))
+                          1, (len(a), len(b)), "; ".join(few), conf)
     (alo, ahi), (blo, bhi) = cis[baseline.name], cis[candidate.name]
     lo, hi = blo / ahi, bhi / alo
     verdict, why = decide(lo, hi, threshold), ""
@@ -253,14 +270,15 @@ def against_stored(baseline: Side, candidate: Side, threshold: float = DEFAULT_T
         why = (f"the two runs' own noise ({noise}) leaves the CI across {1 + threshold:.2f}x or "
                f"{1 / (1 + threshold):.3f}x; compare --latency interleaves the two and can decide")
     return Comparison(baseline.name, candidate.name, ma, mb, mb / ma, lo, hi, verdict, threshold, 1,
-                      (len(a), len(b)), why)
+                      (len(a), len(b)), why, conf)
 
 
 def ratio_text(v: dict) -> str:
-    """``1.670x (95% CI 1.366-1.777, 6 rounds) SLOWER`` of one latency verdict (or its error)."""
+    """``1.670x (99% CI 1.366-1.777, 8 rounds) SLOWER`` of one latency verdict (or its error)."""
     if "error" in v:
         return v["error"]
-    text = f"{v['ratio']:.3f}x (95% CI {v['ci_low']:.3f}-{v['ci_high']:.3f}, {v['rounds']} rounds) {v['verdict']}"
+    text = (f"{v['ratio']:.3f}x ({ci_label(level_of(v))} {v['ci_low']:.3f}-{v['ci_high']:.3f}, {v['rounds']} rounds) "
+            f"{v['verdict']}")
     return text + (" (with the noise carried from earlier steps)" if (v.get("noise") or {}).get("used") else "")
 
 
@@ -336,7 +354,7 @@ def t_quantile(conf: float, df: int) -> float:
 
 
 def seeded_interval(ratios: Sequence[float], seed: NoiseSeed | None,
-                    conf: float = CONF) -> tuple[tuple[float, float, float] | None, str]:
+                    conf: float = LOOK_CONF) -> tuple[tuple[float, float, float] | None, str]:
     """(estimate, low, high) of the ratio from ``ratios`` with the noise ``seed`` carried from earlier
     steps, and why not (None) when the seed does not apply: no seed, under ``MIN_ROUNDS`` rounds, or
     this step's own spread disagreeing with the seed's (a noisier step is judged on its own rounds)."""
@@ -358,7 +376,7 @@ def seeded_interval(ratios: Sequence[float], seed: NoiseSeed | None,
 
 
 def compare_seeded(baseline: Side, candidate: Side, threshold: float = DEFAULT_THRESHOLD,
-                   seed: NoiseSeed | None = None, conf: float = CONF) -> tuple[Comparison, dict]:
+                   seed: NoiseSeed | None = None, conf: float = LOOK_CONF) -> tuple[Comparison, dict]:
     """``compare``, with the interval of ``seeded_interval`` where the seed applies (then the ratio is
     the geometric mean of the per-round ratios, the centre of that interval), and what noise was used:
     ``{own, seed, used, why}`` (``why``: why the seed was not used)."""
@@ -376,8 +394,8 @@ def compare_seeded(baseline: Side, candidate: Side, threshold: float = DEFAULT_T
         return plain, noise
     est, lo, hi = found
     verdict = decide(lo, hi, threshold)
-    why = (f"the 95% CI (with the carried noise) straddles {1 + threshold:.2f}x or {1 / (1 + threshold):.3f}x"
-           if verdict is Verdict.UNSURE else "")
+    why = (f"the {ci_label(conf)} (with the carried noise) straddles {1 + threshold:.2f}x or "
+           f"{1 / (1 + threshold):.3f}x" if verdict is Verdict.UNSURE else "")
     noise["used"] = True
     return Comparison(plain.baseline, plain.candidate, plain.baseline_s, plain.candidate_s, est, lo, hi, verdict,
-                      threshold, plain.rounds, plain.samples, why), noise
+                      threshold, plain.rounds, plain.samples, why, conf), noise

@@ -46,7 +46,7 @@ class Step:
     compare_id: str
 
     def line(self, n: int) -> str:
-        """``step 2: 1f9c477 (5/8) slow: lpkg-decode 1.33x (95% CI 1.27-1.42) SLOWER``."""
+        """``step 2: 1f9c477 (5/8) slow: lpkg-decode 1.33x (99% CI 1.27-1.42, 9 rounds) SLOWER``."""
         parts = []
         for row in self.rows:
             v = row["latency_verdict"]

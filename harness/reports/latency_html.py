@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from harness.latency.statistics import us
+from harness.reports.latency_text import ci_cell, table_ci_label
 
 WIDTH, ROW, LEFT, RIGHT = 640, 26, 150, 20
 
@@ -60,7 +61,7 @@ def section(doc: Mapping[str, Any], results: Sequence) -> list[str]:
     if not rows:
         return []
     out = ['<section id="latency"><h2>Latency</h2><table><tr><th>case</th><th>baseline</th><th>candidate</th>'
-           "<th>ratio</th><th>95% CI</th><th>verdict</th></tr>"]
+           f"<th>ratio</th><th>{table_ci_label(rows)}</th><th>verdict</th></tr>"]
     for row in rows:
         v = row["latency_verdict"]
         if "error" in v:
@@ -70,7 +71,7 @@ def section(doc: Mapping[str, Any], results: Sequence) -> list[str]:
         out.append(f'<tr><td class="case-id">{_e(row["case_id"])}</td>'
                    f'<td>{_e(v["baseline"])}: {_e(us(v["baseline_median_s"]))}</td>'
                    f'<td>{_e(v["candidate"])}: {_e(us(v["candidate_median_s"]))}</td><td>{v["ratio"]:.3f}x</td>'
-                   f'<td>{v["ci_low"]:.3f}-{v["ci_high"]:.3f}</td><td><b>{_e(v["verdict"])}</b>{why}</td></tr>')
+                   f'<td>{_e(ci_cell(v, rows))}</td><td><b>{_e(v["verdict"])}</b>{why}</td></tr>')
     out.append("</table>")
     for case_id, per_ref in samples_by_case(results).items():
         out.append(f"<figure>{distribution_svg(case_id, per_ref)}<figcaption>{_e(case_id)}: each ref's samples "

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from harness.formats import printable
-from harness.latency.statistics import us
+from harness.latency.statistics import CONF, ci_label, level_of, us
 from harness.outcomes import Result
 
 
@@ -31,10 +31,23 @@ def latency_lines(results: list[Result]) -> list[str]:
     return [line for line in map(case_line, results) if line]
 
 
+def table_ci_label(rows: list[dict]) -> str:
+    """The CI column's title: its level (``99% CI``), from the rows' verdicts; ``CI`` when they differ
+    in level (each cell then says its own: ``ci_cell``)."""
+    levels = {level_of(row["latency_verdict"]) for row in rows if "error" not in row["latency_verdict"]}
+    return ci_label(levels.pop() if levels else CONF) if len(levels) <= 1 else "CI"
+
+
+def ci_cell(v: dict, rows: list[dict]) -> str:
+    """``1.020-1.310``, with its level (``(99%)``) when the table's rows differ in level."""
+    text = f"{v['ci_low']:.3f}-{v['ci_high']:.3f}"
+    return text + (f" ({100 * level_of(v):g}%)" if table_ci_label(rows) == "CI" else "")
+
+
 def markdown_table(rows: list[dict], escape=lambda text: text) -> str:
-    """The PR table: per case and ref pair, µs on each side, the ratio, its 95% CI and the verdict.
-    ``rows``: ``{"case_id", "latency_verdict": Comparison.to_json()}`` (or with ``error``)."""
-    out = ["| case | baseline | candidate | ratio | 95% CI | verdict |", "|---|---:|---:|---:|---|---|"]
+    """The PR table: per case and ref pair, µs on each side, the ratio, its CI (99% in a compare) and
+    the verdict.  ``rows``: ``{"case_id", "latency_verdict": Comparison.to_json()}`` (or with ``error``)."""
+    out = [f"| case | baseline | candidate | ratio | {table_ci_label(rows)} | verdict |", "|---|---:|---:|---:|---|---|"]
     for row in rows:
         v = row["latency_verdict"]
         if "error" in v:
@@ -43,5 +56,5 @@ def markdown_table(rows: list[dict], escape=lambda text: text) -> str:
         why = escape(f" ({v['why']})") if v.get("why") else ""
         out.append(f"| {escape(row['case_id'])} | {escape(v['baseline'])}: {us(v['baseline_median_s'])} | "
                    f"{escape(v['candidate'])}: {us(v['candidate_median_s'])} | {v['ratio']:.3f}x | "
-                   f"{v['ci_low']:.3f}-{v['ci_high']:.3f} | **{v['verdict']}**{why} |")
+                   f"{ci_cell(v, rows)} | **{v['verdict']}**{why} |")
     return "\n".join(out) + "\n"

@@ -36,7 +36,7 @@ def test_bisect_slower_than_names_the_commit_that_made_the_kernel_slower(tmp_pat
     if doc["first_slow"] is not None:
         assert proc.returncode == 0 and doc["first_slow"] == shas[3]
         assert f"{shas[3]} is the first bad commit" in out and "make the kernel slower" in out
-        assert "x (95% CI " in out.split("is the first bad commit", 1)[1]      # its ratios against good
+        assert "x (99% CI " in out.split("is the first bad commit", 1)[1]      # its ratios against good
         assert f"**First slow commit**: `{shas[3][:12]}`" in md and "**SLOWER**" in md
     else:                                                       # skips left a range: it holds the culprit
         assert shas[3] in doc["candidates"] and "We cannot bisect more!" in out, out

@@ -15,7 +15,7 @@ HOSTILE = "dec|ode<script>"
 def _results():
     out = []
     for ref, scale in (("upstream", 4.12e-4), ("pr", 3.61e-4)):
-        for r in range(6):
+        for r in range(8):
             rng = random.Random(f"{ref}{r}")
             samples = [scale * rng.lognormvariate(0, 0.01) for _ in range(50)]
             out.append(Result(case_id=HOSTILE, outcome=Outcome.PASS, ref=ref, repeat=r, metrics={"latency": {
@@ -31,7 +31,7 @@ def _doc(latency=True):
 
 def test_markdown_has_the_pr_table_per_case_us_ratio_ci_verdict():
     md = render_markdown(_doc())
-    assert "### Latency" in md and "| case | baseline | candidate | ratio | 95% CI | verdict |" in md
+    assert "### Latency" in md and "| case | baseline | candidate | ratio | 99% CI | verdict |" in md
     row = next(line for line in md.splitlines() if "upstream: " in line)
     assert "upstream: 41" in row and "pr: 36" in row and "| 0.87" in row and "**FASTER**" in row
     assert "<script>" not in md and "dec\\|ode" in md
@@ -41,7 +41,18 @@ def test_html_has_the_table_and_a_distribution_per_case():
     page = render_html(_doc())
     assert '<section id="latency">' in page and page.count('<svg class="latency"') == 1
     assert "<b>FASTER</b>" in page and HOSTILE not in page
-    assert "dec|ode&lt;script&gt;" in page
+    assert "dec|ode&lt;script&gt;" in page and "<th>99% CI</th>" in page
+
+
+def test_the_ci_column_says_its_level_and_each_cell_its_own_when_levels_differ():
+    """A compare's interval is 99% (docs/latency.md, "Many looks"); a verdict stored before the level
+    was recorded was 95%: a table holding both says the level in each cell."""
+    from harness.reports.latency_text import markdown_table
+    rows = latency_rows(_results(), ["upstream", "pr"])
+    old = {**rows[0], "latency_verdict": {k: v for k, v in rows[0]["latency_verdict"].items() if k != "conf"}}
+    assert "| 95% CI |" in markdown_table([old])
+    mixed = markdown_table([rows[0], old])
+    assert "| CI |" in mixed and " (99%) |" in mixed and " (95%) |" in mixed
 
 
 def test_no_latency_section_without_a_latency_compare():
