@@ -9,7 +9,7 @@ import random
 import pytest
 
 from harness.latency.across import latency_rows
-from harness.latency.statistics import (MIN_ROUNDS, SEED_MAX_DF, NoiseSeed, Side, Verdict, compare, compare_seeded,
+from harness.latency.statistics import (LOOK_CONF, MIN_ROUNDS, SEED_MAX_DF, NoiseSeed, Side, Verdict, compare, compare_seeded,
                                         own_noise, ratio_text, seeded_interval, t_quantile)
 from harness.refs import latency_bisect as slow
 from harness.refs.git import Commit
@@ -87,7 +87,7 @@ def test_a_seeded_interval_is_never_narrower_than_the_steps_own_spread():
     own = own_noise(ratios)
     assert seed.agrees(own) and own.sd > seed.sd
     (est, lo, hi), _ = seeded_interval(ratios, seed)
-    half = t_quantile(0.95, own.df + seed.df) * own.sd / math.sqrt(len(ratios))
+    half = t_quantile(LOOK_CONF, own.df + seed.df) * own.sd / math.sqrt(len(ratios))
     assert math.log(hi / est) == pytest.approx(half)
     assert math.log(est) == pytest.approx(sum(math.log(r) for r in ratios) / len(ratios))
 
@@ -136,13 +136,13 @@ def test_a_bisect_carries_each_steps_noise_to_the_next_and_says_what_it_carried(
 
 def test_a_step_whose_noise_disagrees_is_not_pooled():
     state = slow.SlowBisect(_commits(1)[0], _commits(3)[1:], 0.10)
-    quiet = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0]
+    quiet = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.01, 0.99]          # MIN_ROUNDS rounds each
     state.carry([_row(quiet)])
     first = state.noise["lpkg-decode"]
-    state.carry([_row([1.0, 1.3, 0.75, 1.2, 0.8, 1.1])])        # a burst: much noisier
+    state.carry([_row([1.0, 1.3, 0.75, 1.2, 0.8, 1.1, 0.9, 1.25])])        # a burst: much noisier
     assert state.noise["lpkg-decode"] == first and state.disagreed == {"lpkg-decode": 1}
     assert "1 step whose own noise disagreed, not pooled" in state.noise_lines()[0]
-    state.carry([_row([1.01, 0.99, 1.02, 0.98, 1.0, 1.0])])
+    state.carry([_row([1.01, 0.99, 1.02, 0.98, 1.0, 1.0, 0.99, 1.01])])
     assert state.noise["lpkg-decode"].steps == 2
 
 
