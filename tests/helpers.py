@@ -144,8 +144,8 @@ def _score_public_logs():
 
 
 def hostile_case(module: str, kernel: str, case_id: str, env: dict[str, str] | None = None):
-    """A tiny ``rope_kv_write`` case running ``kernel`` of ``hostile.<module>`` (tests/kernels_under_test/); a shipped kernel name (``reference``, ``skip_rope``) or a
-    ``module:function`` as it is."""
+    """A tiny ``rope_kv_write`` case running ``kernel`` of ``hostile.<module>`` (tests/kernels_under_test/);
+    a shipped kernel name (``reference``, ``skip_rope``) or a ``module:function`` as it is."""
     target = kernel if ":" in kernel or kernel in ("reference", "skip_rope") else f"hostile.{module}:{kernel}"
     from harness.case import PRESETS, Case, SeqLens, SlotMode
     return Case(case_id=case_id, matrix="t", source="test", op="rope_kv_write", kernel=target,

@@ -110,7 +110,8 @@ def _flag_cases(args, paths) -> list[Case]:
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError:
-            raise UsageError(f"--params {item}: {text!r} is not a value (a number, a string, or a [list] of them)") from None
+            raise UsageError(f"--params {item}: {text!r} is not a value (a number, a string, or a [list] "
+                             f"of them)") from None
         if key.strip() in params:
             raise UsageError(f"--params {item}: {key.strip()} is given twice")
         params[key.strip()] = value

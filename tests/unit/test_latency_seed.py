@@ -9,8 +9,8 @@ import random
 import pytest
 
 from harness.latency.across import latency_rows
-from harness.latency.statistics import (LOOK_CONF, MIN_ROUNDS, SEED_MAX_DF, NoiseSeed, Side, Verdict, compare, compare_seeded,
-                                        own_noise, ratio_text, seeded_interval, t_quantile)
+from harness.latency.statistics import (LOOK_CONF, MIN_ROUNDS, SEED_MAX_DF, NoiseSeed, Side, Verdict, compare,
+                                        compare_seeded, own_noise, ratio_text, seeded_interval, t_quantile)
 from harness.refs import latency_bisect as slow
 from harness.refs.git import Commit
 
