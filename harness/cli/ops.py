@@ -63,8 +63,7 @@ def spec_tables(args) -> int:
         raise UsageError("--geometry: a spec op's shapes come from its params, not a geometry")
     paths = kernel_paths(getattr(args, "kernel_path", None) or ())
     if getattr(args, "spec", None) is not None:
-        cases = _flag_cases(args, paths)
-        args.op = f"--spec {args.spec}"
+        cases = _flag_cases(args, paths)       # always a spec op's
     elif not Path(args.op).is_file():
         raise UsageError(f"harness ops: {args.op}: no such case file")
     else:
@@ -94,33 +93,31 @@ def _flag_cases(args, paths) -> list[Case]:
     """The cases of ``--spec MODULE --golden NAME --params K=V ...`` as a case file holding them
     would give: each flag's values are checked as that file's keys are, and a bad one is named
     by its flag.  No kernel runs, so the kernel key is a placeholder never imported."""
-    import yaml
-
     from harness.casefiles.loader import MAX_CASES
-    from harness.casefiles.located import Where, wrap
+    from harness.casefiles.located import Node, Where, load, wrap
     from harness.casefiles.specfile import load_spec_matrix
     from harness.casefiles.values import CaseFileError
 
-    params: dict[str, object] = {}
+    # each value read as a case file's is (depth, integer size and tags refused, one line each)
+    params: dict[str, Node] = {}
     for item in args.params:
         key, sep, text = item.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise UsageError(f"--params {item}: expected NAME=VALUE (e.g. --params rows=4; a list rows=[2,4] "
                              f"gives a table per value)")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise UsageError(f"--params {item}: {text!r} is not a value (a number, a string, or a [list] "
-                             f"of them)") from None
-        if key.strip() in params:
-            raise UsageError(f"--params {item}: {key.strip()} is given twice")
-        params[key.strip()] = value
+        if key in params:
+            raise UsageError(f"--params {item}: {key} is given twice")
+        value = load(text, f"--params {key}", CaseFileError)
+        if value is None:
+            raise UsageError(f"--params {item}: no value after '='")
+        params[key] = value
     top = {"name": "spec", "spec": wrap(args.spec, Where("--spec"), CaseFileError),
            "kernel": wrap(f"{args.spec}:build_tensor_specs", Where("--spec"), CaseFileError)}
     if args.golden is not None:
         top["golden"] = wrap(args.golden, Where("--golden"), CaseFileError)
     if params:
-        top["params"] = wrap(params, Where("--params"), CaseFileError)
+        top["params"] = Node("map", params, Where("--params"), {k: Where("--params", field=k) for k in params})
     root = wrap(top, Where("harness ops"), CaseFileError)
     return load_spec_matrix(root, "--spec", MAX_CASES, tuple(paths))
 

@@ -196,7 +196,10 @@ def test_harness_ops_prints_a_spec_modules_table_without_a_case_file(tmp_path):
                        (["--params", "rows"], "--params rows: expected NAME=VALUE"),
                        (["--golden", "golden_x"], "--golden: spec module mylib.gated_mlp: has no golden function"),
                        (["--params", "rows=-1"], "--params: spec module mylib.gated_mlp: spec 0 (x): shape [-1, 64] "
-                                                 "is not a list of non-negative ints")]:
+                                                 "is not a list of non-negative ints"),
+                       # a value is read as a case file's: nesting and integer size refused, not a traceback
+                       (["--params", "rows=" + "[" * 100_000], "--params rows:1:65: nested deeper than 64 levels"),
+                       (["--params", "rows=" + "9" * 5000], "--params rows:1:1: an integer of 5000 digits")]:
         bad = run_harness("ops", "--spec", "mylib.gated_mlp", *argv, "--kernel-path", str(OUTSIDE), cwd=tmp_path)
         assert bad.returncode == 2 and bad.stderr.strip().startswith(f"harness: error: {said}"), (argv, bad.stderr)
         assert len(bad.stderr.strip().splitlines()) == 1
