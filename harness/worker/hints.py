@@ -70,7 +70,7 @@ def find_hint(case: Case, ci: CaseInputs, golden: dict[str, torch.Tensor], launc
                          compared[n].rows)]
     if passed:
         return "; ".join(passed)
-    if case.spec is None and packs.find(case.op) is not None:    # a spec op: no pack's finders
+    if case.spec is None and packs.find(case.op) is not None:    # a pack's op (a spec op has no pack)
         for path in packs.pack_of(case.op).hints:
             hint = packs.resolve(path)(case, ci, golden, compared, mismatched, golden_dtype)
             if hint:
