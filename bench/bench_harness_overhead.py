@@ -67,7 +67,8 @@ def through_engine(cases: list[Case], log_dir: Path, golden_cache: str = "",
         start = time.perf_counter()
         results = engine.run([Planned(i, c) for i, c in enumerate(cases)])
         elapsed = time.perf_counter() - start
-    assert len(results) == len(cases) and all(r.outcome is Outcome.PASS for r in results)
+    bad = [(r.case_id, r.outcome.value, r.summary) for r in results if r.outcome is not Outcome.PASS]
+    assert len(results) == len(cases) and not bad, bad[:3]
     return elapsed, results
 
 

@@ -31,9 +31,9 @@ import time
 import types
 from pathlib import Path
 
+from bench_harness_overhead import in_process_loop, through_engine   # the built-in ops' two sides
 from harness.casefiles import load_matrix
 from harness.latency.statistics import CONF, Side, compare
-from harness.outcomes import Outcome
 
 TINY = "harness.kernels.specs.rmsnorm"
 
@@ -70,36 +70,6 @@ def plain_loop(cases) -> float:
     for c in cases:
         one(c.seed)
     return time.perf_counter() - start
-
-
-def checks_loop(cases) -> float:
-    """``execute_case`` case after case in this process: every check, no isolation."""
-    from harness.devices import Device, backend
-    from harness.goldens.cache import GoldenCache
-    from harness.worker.execute import KernelLoader, execute_case
-    device = Device("cpu")
-    be, loader, cache = backend(device), KernelLoader(), GoldenCache(None)
-    execute_case(cases[0], device, be, cache, loader)         # warm, as the worker is
-    start = time.perf_counter()
-    for c in cases:
-        reply = execute_case(c, device, be, cache, loader)
-        assert reply.outcome is Outcome.PASS, reply
-    return time.perf_counter() - start
-
-
-def through_engine(cases, log_dir: Path) -> float:
-    from harness.devices import Device
-    from harness.run.engine import Engine, Planned, RunOptions
-    from harness.run.spawn import WorkerOptions
-    options = RunOptions(devices=[Device("cpu")], worker=WorkerOptions(log_dir=log_dir, golden_cache=""))
-    with Engine(options) as engine:
-        engine.run_one(cases[0])               # worker and golden process start-up, not timed
-        start = time.perf_counter()
-        results = engine.run([Planned(i, c) for i, c in enumerate(cases)])
-        elapsed = time.perf_counter() - start
-    bad = [(r.case_id, r.outcome.value, r.summary) for r in results if r.outcome is not Outcome.PASS]
-    assert len(results) == len(cases) and not bad, bad[:3]
-    return elapsed
 
 
 def big_module(mb: int) -> types.ModuleType:
@@ -202,8 +172,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cases = tiny_cases(args.cases, Path(tmp))
         sides: dict[str, list[float]] = {"loop": [], "checks": [], "engine": []}
-        runs = {"loop": lambda r: plain_loop(cases), "checks": lambda r: checks_loop(cases),
-                "engine": lambda r: through_engine(cases, Path(tmp) / f"l{r}")}
+        runs = {"loop": lambda r: plain_loop(cases), "checks": lambda r: in_process_loop(cases),
+                "engine": lambda r: through_engine(cases, Path(tmp) / f"l{r}")[0]}
         order = list(runs)
         for r in range(args.rounds):
             for name in order[r % 3:] + order[:r % 3]:
