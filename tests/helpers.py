@@ -151,3 +151,20 @@ def hostile_case(module: str, kernel: str, case_id: str, env: dict[str, str] | N
     return Case(case_id=case_id, matrix="t", source="test", op="rope_kv_write", kernel=target,
                 geometry=PRESETS["tiny"], seq_lens=SeqLens("multi_block"), slot_mode=SlotMode("arange"), seed=3,
                 timeout_s=60.0, env=dict(env or {}))
+
+
+def process_gone(pid: int) -> bool:
+    """``pid`` has ended (gone, or a zombie not yet reaped)."""
+    from harness.processes import process_state
+    return process_state(pid) in ("", "Z", "X")
+
+
+def pid_written(folder: Path, name: str, tries: int = 300) -> int:
+    """The pid a hostile kernel's helper wrote to ``folder/<name>.pid``, waited for 10 ms at a time."""
+    import time
+    path = folder / f"{name}.pid"
+    for _ in range(tries):
+        if path.exists() and path.read_text():
+            return int(path.read_text())
+        time.sleep(0.01)
+    raise AssertionError(f"{name}.pid never written")

@@ -9,11 +9,10 @@ import time
 
 import pytest
 
-from helpers import KERNELS_UNDER_TEST, hostile_case
+from helpers import KERNELS_UNDER_TEST, hostile_case, pid_written, process_gone
 from harness.case import Case
 from harness.devices import Device
 from harness.outcomes import Outcome
-from harness.processes import process_state
 from harness.run.pool import DeviceWorker
 from harness.run.spawn import WorkerOptions
 
@@ -22,18 +21,6 @@ pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="ne
 
 def case(kernel: str, case_id: str, pids) -> Case:
     return hostile_case("escapes", kernel, case_id, {"HOSTILE_PIDS": str(pids)})
-
-
-def _gone(pid: int) -> bool:
-    return process_state(pid) in ("", "Z", "X")
-
-
-def _pid(pids, name: str) -> int:
-    for _ in range(200):
-        if (pids / f"{name}.pid").exists() and (pids / f"{name}.pid").read_text():
-            return int((pids / f"{name}.pid").read_text())
-        time.sleep(0.01)
-    raise AssertionError(f"{name}.pid never written")
 
 
 @pytest.mark.parametrize("kernel, name, says, fork", [
@@ -47,10 +34,10 @@ def test_an_escaped_process_is_reported_killed_and_cannot_touch_later_cases(make
     pids = tmp_path / "pids"
     pids.mkdir()
     bad = worker.run(case(kernel, "bad", pids), tmp_path / "bad.log")
-    escaped = _pid(pids, name)
+    escaped = pid_written(pids, name, tries=200)
     assert bad.outcome is Outcome.CONTRACT, bad.summary
     assert says in bad.report and f"pid {escaped}" in bad.report, bad.report
-    assert _gone(escaped)                                   # killed before the reply, not at the run's end
+    assert process_gone(escaped)                                   # killed before the reply, not at the run's end
     clean = [worker.run(case("reference", f"clean{i}", pids), tmp_path / f"clean{i}.log") for i in range(3)]
     time.sleep(0.4)                                         # past the moment the writer would have written
     clean.append(worker.run(case("reference", "clean3", pids), tmp_path / "clean3.log"))
@@ -71,8 +58,8 @@ def test_a_process_started_between_cases_is_deferred_and_dies_with_the_worker(tm
     pids.mkdir()
     try:
         first = worker.run(case("finalizer_starts_daemon", "first", pids), tmp_path / "first.log")
-        late = _pid(pids, "late")
-        assert first.outcome is Outcome.PASS and not _gone(late)
+        late = pid_written(pids, "late", tries=200)
+        assert first.outcome is Outcome.PASS and not process_gone(late)
         after = worker.run(case("reference", "after", pids), tmp_path / "after.log")
     finally:
         worker.close()
@@ -80,10 +67,10 @@ def test_a_process_started_between_cases_is_deferred_and_dies_with_the_worker(tm
     assert after.metrics["hygiene"]["deferred"]["after_case"] == "first"
     assert f"1 process(es) started: pid {late}" in after.metrics["hygiene"]["deferred"]["changes"]
     for _ in range(100):
-        if _gone(late):
+        if process_gone(late):
             break
         time.sleep(0.01)
-    assert _gone(late)
+    assert process_gone(late)
 
 
 def _stray(tmp_path, marker: str, comm: str | None = None) -> "subprocess.Popen":
@@ -120,7 +107,7 @@ def test_a_stray_of_another_worker_is_not_blamed_on_this_workers_clean_case(make
         worker = make_worker(True)                                      # w0
         clean = worker.run(case("reference", "clean", tmp_path), tmp_path / "clean.log")
         assert clean.outcome is Outcome.PASS, clean.summary
-        assert not _gone(other.pid) and not _gone(copy.pid)             # left to w1's case
+        assert not process_gone(other.pid) and not process_gone(copy.pid)             # left to w1's case
         killed = sweep(worker="w1")
         assert {f"pid {other.pid}", f"pid {copy.pid}"} <= {k.split(" (")[0] for k in killed}
     finally:

@@ -8,33 +8,19 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 
 import pytest
 
-from helpers import hostile_case
+from helpers import hostile_case, pid_written, process_gone
 from harness import processes
 from harness.case import Case
 from harness.outcomes import Outcome
-from harness.processes import process_state
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
 
 
 def case(kernel: str, case_id: str, pids) -> Case:
     return hostile_case("escapes_marker", kernel, case_id, {"HOSTILE_PIDS": str(pids)})
-
-
-def _gone(pid: int) -> bool:
-    return process_state(pid) in ("", "Z", "X")
-
-
-def _pid(pids, name: str) -> int:
-    for _ in range(300):
-        if (pids / f"{name}.pid").exists() and (pids / f"{name}.pid").read_text():
-            return int((pids / f"{name}.pid").read_text())
-        time.sleep(0.01)
-    raise AssertionError(f"{name}.pid never written")
 
 
 @pytest.fixture
@@ -70,15 +56,15 @@ def _escape_then_clean(worker, tmp_path, kernel: str, name: str):
     pids = tmp_path / "pids"
     pids.mkdir()
     bad = worker.run(case(kernel, "bad", pids), tmp_path / "bad.log")
-    escaped = _pid(pids, name)
+    escaped = pid_written(pids, name)
     try:
         assert bad.outcome is Outcome.CONTRACT, bad.summary
         assert "left the worker's process tree" in bad.summary and f"pid {escaped}" in bad.summary, bad.summary
-        assert _gone(escaped), open(f"/proc/{escaped}/cmdline", "rb").read()     # killed at the case's end
+        assert process_gone(escaped), open(f"/proc/{escaped}/cmdline", "rb").read()     # killed at the case's end
         clean = [worker.run(case("reference", f"clean{i}", pids), tmp_path / f"clean{i}.log") for i in range(2)]
         assert [r.outcome for r in clean] == [Outcome.PASS] * 2, [r.summary for r in clean]
     finally:
-        if not _gone(escaped):
+        if not process_gone(escaped):
             os.kill(escaped, 9)
     return bad
 
@@ -118,7 +104,7 @@ def test_a_process_the_run_did_not_start_is_never_killed_or_blamed(make_worker, 
         worker.close()
         killed = processes.sweep()                       # the run's end
         assert not any(f"pid {p.pid} " in k for p in outsiders for k in killed), killed
-        assert not any(_gone(p.pid) for p in outsiders)
+        assert not any(process_gone(p.pid) for p in outsiders)
     finally:
         for p in outsiders:
             p.kill()
