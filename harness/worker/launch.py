@@ -11,7 +11,7 @@ the returned value and the inputs are held against the contract.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -152,7 +152,11 @@ class Launched:
     returned: str | None               # None when the return value fits the contract, else what was wrong
     inputs_written: tuple[InputWrite, ...] = ()   # read-only inputs the kernel changed
     buffers: "Buffers | None" = None   # the guarded buffers themselves, on the device: a repeat restores them
-    poison: dict[str, int] = field(default_factory=dict)   # integer outputs' own poison (integer_poison)
+
+    @property
+    def poison(self) -> dict[str, int]:
+        """Integer outputs' own poison (``integer_poison``), as the buffers were filled with it."""
+        return self.buffers.poison if self.buffers is not None else {}
 
     @property
     def guards_intact(self) -> bool:
@@ -314,5 +318,4 @@ def launch(kernel: Callable, ci: CaseInputs, device: torch.device, synchronize: 
         returned=_returned_problem(ret, [by_name[a.name] for a in ci.op.outputs], ci.op.returns_by_name),
         inputs_written=seal.written(),
         buffers=buffers,
-        poison=dict(buffers.poison),
     )
