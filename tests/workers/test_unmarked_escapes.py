@@ -33,7 +33,7 @@ def no_cgroup(monkeypatch):
 def _environ_unreadable(monkeypatch) -> None:
     """What a front end that is not root sees of an undumpable process (or one of another uid): no
     environment to read.  Every environment then reads as unmarked."""
-    monkeypatch.setattr(processes, "marked_processes", lambda nonce=None: [])
+    monkeypatch.setattr(processes, "marked_processes", lambda nonce=None, exclude=frozenset(): [])
 
 
 def _needs_cgroup() -> None:
