@@ -438,3 +438,20 @@ def test_fp32_agrees_with_fp64(op, seed):
         moved = (double[name] - exact).abs().flatten(1).amax(dim=1).view(-1, *[1] * (exact.dim() - 1))
         bound = 1e-5 + 1e-5 * double[name].abs() + 2 * moved
         assert bool(((single[name].double() - double[name]).abs() <= bound).all()), name
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_a_golden_makes_its_tensors_beside_the_inputs_whatever_the_default_device(op):
+    """CPU inputs with the process's default device elsewhere (``meta`` here: a kernel library's
+    ``set_default_device``): the golden's own tensors still go beside the inputs, and the result is
+    the one computed with the CPU as the default."""
+    args = case_args(op)
+    expected = run(op, args)
+    torch.set_default_device("meta")
+    try:
+        got = run(op, args)
+    finally:
+        torch.set_default_device(None)
+    assert set(got) == set(expected)
+    for name in expected:
+        assert got[name].device.type == "cpu" and torch.equal(got[name], expected[name]), name
