@@ -7,6 +7,7 @@ others.  Callbacks (progress, store) are called under one lock.
 """
 from __future__ import annotations
 
+import itertools
 import queue
 import shutil
 import tempfile
@@ -48,6 +49,10 @@ class Planned:
     bitwise: bool = False      # compare every output and cache bit for bit with the case's first iteration
 
 
+PREFETCH_AHEAD = 3                 # waiting cases whose goldens are asked for ahead of their turn
+PREFETCH_BYTES = 256 << 20         # beyond the next case, while their golden shares stay under this
+
+
 def tier_skip_reason(case: Case, device: Device, run_device_tier_on_cpu: bool) -> str | None:
     if case.tier == "device" and device.kind == "cpu" and not run_device_tier_on_cpu:
         return "tier device: needs an accelerator (pass --tier all to run it on cpu)"
@@ -67,6 +72,8 @@ class Engine:
         self._baselines_lock = threading.Lock()
         self._accelerators: dict[Device, Memory | None] | None = None
         self._accelerators_lock = threading.Lock()
+        self._asked: dict[int, Planned] = {}     # id -> the waiting items whose goldens were asked for (held: ids stay unique)
+        self._asked_lock = threading.Lock()
         self._host: tuple[float, Memory | None] | None = None
         self._commands = Sessions()          # command cases running now (harness.commands)
         self.warnings: list[str] = []        # what the run-end sweep killed (harness.processes.sweep)
@@ -140,13 +147,32 @@ class Engine:
                 or self.memory_skip_reason(case, device))
 
     def _prefetch(self, p: Planned, waiting: queue.Queue, device: Device) -> None:
-        """Ask for ``p``'s goldens, then for those of the case waiting next (whichever device
-        takes it), so the golden process makes them while ``p``'s kernel runs."""
+        """Ask for ``p``'s goldens, then for those of the cases waiting next (whichever device
+        takes them), so the golden process makes them while ``p``'s kernel runs: up to
+        ``PREFETCH_AHEAD`` cases, while their goldens' share stays under ``PREFETCH_BYTES`` (one
+        case ahead, as before, whatever its size).  One ahead left the device worker waiting on a
+        golden one case in three on tiny cases (0.7 ms a case on average): a golden that runs
+        long on a busy core is not made up by the next."""
         with waiting.mutex:
-            following = waiting.queue[0] if waiting.queue else None
-        for item in (p, following):
-            if item is not None and item.case.command is None and self.skip_reason(item.case, device) is None:
+            following = list(itertools.islice(waiting.queue, PREFETCH_AHEAD))
+        with self._asked_lock:
+            asked = self._asked.pop(id(p), None) is p       # its turn now: forgotten
+        budget = PREFETCH_BYTES
+        for i, item in enumerate((p, *following)):
+            if i == 0 and asked:
+                continue
+            with self._asked_lock:
+                if i > 0 and self._asked.get(id(item)) is item:
+                    continue              # asked while an earlier case ran: each is planned once here
+            if item.case.command is None and self.skip_reason(item.case, device) is None:
+                if i > 1:
+                    budget -= plan(item.case, self.options.worker.golden_dtype).golden_share
+                    if budget < 0:
+                        return            # asked for later, nearer its turn
                 self.goldens.prefetch(item.case)
+            if i > 0:
+                with self._asked_lock:
+                    self._asked[id(item)] = item
 
     def _run_on(self, worker: DeviceWorker, p: Planned) -> Result | list[Result]:
         case, repeat = p.case, p.repeat
@@ -245,6 +271,9 @@ class Engine:
             # a device lost mid-run put its case back: another round on the devices left, if any
             if errors or stop.is_set() or todo.empty() or not any(not w.lost for w in self.workers):
                 break
+        with self._asked_lock:          # what never had its turn (a stop, -x, a stop rule)
+            for p in items:
+                self._asked.pop(id(p), None)
         if errors:
             raise errors[0]
         while not stop.is_set():        # every device lost: what is left is said, not dropped

@@ -101,3 +101,30 @@ def test_prefetched_cases_sharing_an_id_each_keep_their_own_computed_golden(tmp_
         assert process.request(first).golden.hit is True          # taken: asked again, a cache hit
     finally:
         process.close()
+
+
+def test_goldens_are_asked_for_up_to_three_cases_ahead_and_each_is_made_once(tmp_path, monkeypatch):
+    events = _watched(monkeypatch)
+    cases = _cases(6)
+    results = _run(tmp_path, cases, events=events)
+    assert [r.outcome for r in results] == [Outcome.PASS] * 6
+    ids = [c.case_id for c in cases]
+    first_result = events.index(("result", ids[0]))
+    assert all(events.index(("asked", i)) < first_result for i in ids[1:4])
+    assert events.index(("asked", ids[4])) > first_result          # not more than PREFETCH_AHEAD ahead
+    assert sorted(kind_id for kind, kind_id in events if kind == "asked") == sorted(ids)   # each asked once
+    assert [i for kind, i in events if kind == "made"] == ids      # made once each, in the order they run
+
+
+def test_goldens_over_the_byte_budget_are_asked_for_only_one_case_ahead(tmp_path, monkeypatch):
+    from harness.run import engine
+    monkeypatch.setattr(engine, "PREFETCH_BYTES", 0)
+    events = _watched(monkeypatch)
+    cases = _cases(4)
+    results = _run(tmp_path, cases, events=events)
+    assert [r.outcome for r in results] == [Outcome.PASS] * 4
+    ids = [c.case_id for c in cases]
+    first_result = events.index(("result", ids[0]))
+    assert events.index(("asked", ids[1])) < first_result
+    assert events.index(("asked", ids[2])) > first_result
+    assert [i for kind, i in events if kind == "made"] == ids
