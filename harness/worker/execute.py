@@ -172,6 +172,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
     # change is traced to
     watch = hygiene.Watch(pristine, case.case_id, case.kernel)
     collector: dumps.Collector | None = None
+    case_plan: memory_plan.MemoryPlan | None = None       # planned once: for the room a new state needs, and for keeping it
     try:
         torch_device = backend.torch_device(device)
         wanted = _stage(Stage.INPUTS, reuse.key, case, golden, golden_dtype) if repeats else ""
@@ -181,7 +182,8 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
             ci, generated = kept.ci, kept.generated
         else:
             if repeats:
-                repeats.make_room(memory_plan.plan(case, golden_dtype))
+                case_plan = memory_plan.plan(case, golden_dtype)
+                repeats.make_room(case_plan)
             ci = _stage(Stage.INPUTS, inputs.generate, case, torch_device)      # drawn where the kernel runs
             generated = _stage(Stage.INPUTS, digest_inputs, ci.op, {**ci.args, **ci.initial})   # before the kernel can touch them
         t1 = time.perf_counter()
@@ -241,7 +243,7 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         if collector is not None:      # its golden intermediates' file (one a rerun that raised made: when collected)
             collector.close()
     if repeats:
-        plan = kept.plan if kept else memory_plan.plan(case, golden_dtype)
+        plan = kept.plan if kept else case_plan or memory_plan.plan(case, golden_dtype)
         repeats.keep(wanted, reuse.Kept(ci, generated, goldens, hit, launched.buffers, plan),
                      launched, watch.disturbed.replace_reason)
     # golden_s: the golden process's time for this case and this worker's read of its file

@@ -179,7 +179,9 @@ def _serve(conn: Connection, device_text: str, golden_dtype: str, forked: bool =
     golden_cache = GoldenCache(None)
     loader = KernelLoader()
     baselines = Baselines()
-    repeats = reuse.Repeats(device.kind, lambda: (backend.memory(device), host_memory()), on=reuse.enabled())
+    # on the CPU the device's memory is the host's, and only it is weighed (memory_plan.keep_fits)
+    repeats = reuse.Repeats(device.kind, lambda: (backend.memory(device), None if device.kind == "cpu" else host_memory()),
+                            on=reuse.enabled())
     protocol.send(conn, protocol.Ready(pid=os.getpid(), absent=absent, info=info, unhealthy=unhealthy))
 
     while True:
