@@ -58,7 +58,9 @@ def _stage(stage: Stage, fn: Callable, *args, **kwargs):
 
 
 def _goldens(case: Case, ci: inputs.CaseInputs, golden_cache: GoldenCache, golden_dtype: str,
-             golden: GoldenRef | None) -> tuple[dict[str, torch.Tensor], bool]:
+             golden: GoldenRef | None, inputs_digest: str) -> tuple[dict[str, torch.Tensor], bool]:
+    """The case's goldens and whether they came from the cache; ``inputs_digest``: the digest of
+    ``ci`` as generated (a spec op's is checked against the golden process's)."""
     dtype = GOLDEN_DTYPES[golden_dtype]
     if case.spec is not None:     # a spec op: its module's golden, on the host (docs/specs.md)
         from harness.worker.spec_inputs import check_reproduced
@@ -66,7 +68,7 @@ def _goldens(case: Case, ci: inputs.CaseInputs, golden_cache: GoldenCache, golde
         if golden is None:
             return golden_cache.get_or_compute(source, ci.spec, inputs.on_host(ci), dtype)
         found = golden_cache.read(source, ci.spec, golden.path, dtype, golden.device)
-        check_reproduced(case, golden.path, digest_inputs(ci.op, {**ci.args, **ci.initial}).digest)
+        check_reproduced(case, golden.path, inputs_digest)
         return found, golden.hit
     if golden is None:       # in-process (the benchmark's loop, or no golden process could start): on the host
         return golden_cache.get_or_compute(case.op, ci.spec, inputs.on_host(ci).args, dtype)
@@ -190,7 +192,8 @@ def execute_case(case: Case, device: Device, backend: Backend, golden_cache: Gol
         if kept is not None:
             goldens, hit = kept.goldens, (golden.hit if golden else True)
         else:
-            goldens, hit = _stage(Stage.GOLDEN, _goldens, case, ci, golden_cache, golden_dtype, golden)
+            goldens, hit = _stage(Stage.GOLDEN, _goldens, case, ci, golden_cache, golden_dtype, golden,
+                                 generated.digest)
         t2 = time.perf_counter()
         collector = (_stage(Stage.GOLDEN, _collector, case, ci, golden_cache, golden_dtype, golden)
                      if intermediates == "always" else None)
