@@ -46,12 +46,17 @@ def _run(tmp_path, cases, prefetch=True, events=None):
                           on_result=lambda p, r: events.append(("result", r.case_id)) if events is not None else None)
 
 
-def test_the_next_cases_golden_is_asked_for_before_this_case_runs(tmp_path, monkeypatch):
+def _passing_run(tmp_path, monkeypatch, n: int) -> tuple[list[tuple[str, str]], list[str]]:
+    """``n`` cases run with prefetch, every one passing: the events, and the case ids in order."""
     events = _watched(monkeypatch)
-    cases = _cases(3)
+    cases = _cases(n)
     results = _run(tmp_path, cases, events=events)
-    assert [r.outcome for r in results] == [Outcome.PASS] * 3
-    ids = [c.case_id for c in cases]
+    assert [r.outcome for r in results] == [Outcome.PASS] * n
+    return events, [c.case_id for c in cases]
+
+
+def test_the_next_cases_golden_is_asked_for_before_this_case_runs(tmp_path, monkeypatch):
+    events, ids = _passing_run(tmp_path, monkeypatch, 3)
     for this, following in zip(ids, ids[1:]):
         assert events.index(("asked", following)) < events.index(("result", this))
     made = [i for kind, i in events if kind == "made"]
@@ -104,11 +109,7 @@ def test_prefetched_cases_sharing_an_id_each_keep_their_own_computed_golden(tmp_
 
 
 def test_goldens_are_asked_for_up_to_three_cases_ahead_and_each_is_made_once(tmp_path, monkeypatch):
-    events = _watched(monkeypatch)
-    cases = _cases(6)
-    results = _run(tmp_path, cases, events=events)
-    assert [r.outcome for r in results] == [Outcome.PASS] * 6
-    ids = [c.case_id for c in cases]
+    events, ids = _passing_run(tmp_path, monkeypatch, 6)
     first_result = events.index(("result", ids[0]))
     assert all(events.index(("asked", i)) < first_result for i in ids[1:4])
     assert events.index(("asked", ids[4])) > first_result          # not more than PREFETCH_AHEAD ahead
@@ -119,11 +120,7 @@ def test_goldens_are_asked_for_up_to_three_cases_ahead_and_each_is_made_once(tmp
 def test_goldens_over_the_byte_budget_are_asked_for_only_one_case_ahead(tmp_path, monkeypatch):
     from harness.run import engine
     monkeypatch.setattr(engine, "PREFETCH_BYTES", 0)
-    events = _watched(monkeypatch)
-    cases = _cases(4)
-    results = _run(tmp_path, cases, events=events)
-    assert [r.outcome for r in results] == [Outcome.PASS] * 4
-    ids = [c.case_id for c in cases]
+    events, ids = _passing_run(tmp_path, monkeypatch, 4)
     first_result = events.index(("result", ids[0]))
     assert events.index(("asked", ids[1])) < first_result
     assert events.index(("asked", ids[2])) > first_result
