@@ -126,3 +126,34 @@ def render_bisect(state: BisectState, report: dict[str, Any], *, started: float 
         runs = "skip" if t["skipped"] else str(t["runs"])
         lines.append(f"  {t['sha'][:12]}  {runs:>4}  {t['sightings']:>4}  {post:>9}  {t['subject'][:60]}{tag}")
     return lines
+
+
+# -- the pieces every report of a bisect shows (Markdown, HTML): plain text, escaped by the renderer --
+
+TALLY_COLUMNS = ["commit", "runs", "sightings", "posterior", "subject"]
+
+
+def headline(report: dict[str, Any]) -> tuple[str, tuple[str, str, str] | None, str]:
+    """``(label, (sha, subject, date) of the culprit or None, tail)``: "First bad commit" and the
+    culprit with ``, posterior 99.12% after 9 runs``, or the verdict with `` after 9 runs (best 61.0%)``."""
+    if report.get("culprit"):
+        c = report["culprit"]
+        return ("First bad commit", (c["sha"][:12], c["subject"], c["author_date"]),
+                f", posterior {100 * report['probability']:.2f}% after {report['runs']} runs")
+    return report["verdict"], None, f" after {report['runs']} runs (best {100 * report['probability']:.1f}%)"
+
+
+def p_parts(report: dict[str, Any]) -> tuple[str, str] | None:
+    """``(signature, "; reproduction probability 0.92 (90% interval 0.71-0.99)")``, None before any sighting."""
+    p = report.get("p") or {}
+    if not p.get("sightings"):
+        return None
+    return (report.get("signature") or "-",
+            f"; reproduction probability {p['mean']:.2f} ({100 * p['level']:.0f}% interval {p['low']:.2f}-{p['high']:.2f})")
+
+
+def tally_rows(report: dict[str, Any]) -> list[list[str]]:
+    """The commits that ran (or were skipped), as ``TALLY_COLUMNS`` rows."""
+    return [[t["sha"][:12], str(t["runs"]) if not t["skipped"] else "skipped", str(t["sightings"]),
+             "-" if t["posterior"] is None else f"{100 * t['posterior']:.2f}%", t["subject"]]
+            for t in report.get("tally", []) if t["runs"] or t["skipped"]]

@@ -26,7 +26,9 @@ import html
 import os
 from typing import Any, Mapping
 
+from harness.reports.bisect_text import TALLY_COLUMNS, also_seen_lines, failing_lines, headline, p_parts, tally_rows
 from harness.reports.latency_html import section as latency_section
+from harness.reports.latency_html import slower_than_section
 from harness.files import write_text
 from harness.formats import blocking_rerun_text, device_log_text, inputs_text
 from harness.logs import clean_text, log_tail
@@ -155,6 +157,38 @@ def _flake(out: list[str], doc: Mapping[str, Any]) -> None:
         out.append("<tr>" + "".join(f'<td{" class=case-id" if i == 0 else ""}>{_e(v)}</td>'
                                     for i, v in enumerate(row)) + "</tr>")
     out.append("</table></section>")
+
+
+def _bisect(out: list[str], doc: Mapping[str, Any]) -> None:
+    """A bisect's conclusion (the pieces the Markdown shows too: ``bisect_text``) and its tally."""
+    report = doc.get("bisect")
+    if not report:
+        return
+    label, culprit, tail = headline(report)
+    out.append('<section id="bisect"><h2>Bisect</h2><p>')
+    if culprit:
+        sha, subject, date = culprit
+        out.append(f"<strong>{_e(label)}</strong>: <code>{_e(sha)}</code> {_e(subject)} ({_e(date)}){_e(tail)}")
+    else:
+        out.append(f"<strong>{_e(label)}</strong>{_e(tail)}")
+    out.append("</p>")
+    out += [f"<p>{_e(line)}</p>" for line in failing_lines(report)]
+    failure = report.get("failure")
+    if failure:         # a command's FAILED says nothing of why: what it printed does
+        out.append(f"<p>{_e(failure['label'])} of <code>{_e(failure['case_id'])}</code> at "
+                   f"<code>{_e(failure['ref'])}</code> printed:</p><pre>{_e(_cap(failure['text'], REPORT_CHARS))}</pre>")
+    out += [f"<p>{_e(line.strip())}</p>" for line in also_seen_lines(report)]
+    p = p_parts(report)
+    if p:
+        out.append(f"<p>Signature <code>{_e(p[0])}</code>{_e(p[1])}</p>")
+    rows = tally_rows(report)
+    if rows:
+        out.append("<table><tr>" + "".join(f"<th>{_e(c)}</th>" for c in TALLY_COLUMNS) + "</tr>")
+        number = ' class="n"'          # runs, sightings, posterior: right-aligned
+        out += ["<tr>" + "".join(f"<td{number if 0 < i < 4 else ''}>{_e(v)}</td>" for i, v in enumerate(row))
+                + "</tr>" for row in rows]
+        out.append("</table>")
+    out.append("</section>")
 
 
 def _matrices(out: list[str], doc: Mapping[str, Any], anchors: dict[str, str]) -> None:
@@ -321,6 +355,8 @@ def render_html(doc: Mapping[str, Any], *, max_detailed: int = MAX_DETAILED, ren
     _summary(out, results, failed_labels)
     _provenance(out, doc)
     _flake(out, doc)
+    _bisect(out, doc)
+    out += slower_than_section(doc)               # a perf bisect: the first slow commit and each step
     out += latency_section(doc, results)          # a latency compare: verdicts and distributions
     _matrices(out, doc, anchors)
     _warnings(out, results)

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from harness.latency.statistics import us
+from harness.latency.statistics import ratio_text, us
 from harness.reports.latency_text import ci_cell, table_ci_label
 
 WIDTH, ROW, LEFT, RIGHT = 640, 26, 150, 20
@@ -55,12 +55,9 @@ def distribution_svg(case_id: str, per_ref: Mapping[str, list[float]]) -> str:
     return "".join(parts) + "</svg>"
 
 
-def section(doc: Mapping[str, Any], results: Sequence) -> list[str]:
-    """The ``latency`` section of a latency compare's page, [] otherwise."""
-    rows = doc.get("latency")
-    if not rows:
-        return []
-    out = ['<section id="latency"><h2>Latency</h2><table><tr><th>case</th><th>baseline</th><th>candidate</th>'
+def _verdicts(rows: list[dict]) -> list[str]:
+    """The verdict table: per case and ref pair, each side's median, the ratio, its interval, the verdict."""
+    out = ["<table><tr><th>case</th><th>baseline</th><th>candidate</th>"
            f"<th>ratio</th><th>{table_ci_label(rows)}</th><th>verdict</th></tr>"]
     for row in rows:
         v = row["latency_verdict"]
@@ -73,8 +70,50 @@ def section(doc: Mapping[str, Any], results: Sequence) -> list[str]:
                    f'<td>{_e(v["candidate"])}: {_e(us(v["candidate_median_s"]))}</td><td>{v["ratio"]:.3f}x</td>'
                    f'<td>{_e(ci_cell(v, rows))}</td><td><b>{_e(v["verdict"])}</b>{why}</td></tr>')
     out.append("</table>")
+    return out
+
+
+def section(doc: Mapping[str, Any], results: Sequence) -> list[str]:
+    """The ``latency`` section of a latency compare's page, [] otherwise."""
+    rows = doc.get("latency")
+    if not rows:
+        return []
+    out = ['<section id="latency"><h2>Latency</h2>'] + _verdicts(rows)
     for case_id, per_ref in samples_by_case(results).items():
         out.append(f"<figure>{distribution_svg(case_id, per_ref)}<figcaption>{_e(case_id)}: each ref's samples "
                    "over every round (box p25-p75, whiskers p5-p95, bar the median)</figcaption></figure>")
+    out.append("</section>")
+    return out
+
+
+def slower_than_section(doc: Mapping[str, Any]) -> list[str]:
+    """A perf bisect's page (``bisect --slower-than``): the first slow commit with its ratios against
+    good, or the commits it is one of, or why there is none; then each step's verdict, in order."""
+    found = doc.get("slower_than")
+    if not found:
+        return []
+    out = ['<section id="slower-than"><h2>Latency bisect</h2>']
+    threshold = f"slower than good {str(found['good'])[:12]} by more than {100 * found['threshold']:g}%"
+    culprit = found.get("culprit")
+    if culprit:
+        out.append(f"<p><strong>First slow commit</strong>: <code>{_e(culprit['sha'][:12])}</code> "
+                   f"{_e(culprit['subject'])} ({_e(culprit['author_date'])}), {_e(threshold)}</p>")
+        out += _verdicts(culprit["latency"])
+    elif found.get("first_slow"):           # stored before the culprit was recorded with its ratios
+        out.append(f"<p><strong>First slow commit</strong>: <code>{_e(found['first_slow'][:12])}</code>, "
+                   f"{_e(threshold)}</p>")
+    elif found.get("candidates"):
+        shas = ", ".join(f"<code>{_e(sha[:12])}</code>" for sha in found["candidates"])
+        out.append(f"<p><strong>The first slow commit is one of</strong> {shas} ({_e(found['why'])})</p>")
+    else:
+        out.append(f"<p><strong>No first slow commit</strong>: {_e(found.get('why') or '')}</p>")
+    steps = found.get("steps", [])
+    if steps:
+        out.append("<p>Steps, in the order they ran:</p><table><tr><th>commit</th><th>step</th>"
+                   "<th>against good</th></tr>")
+        out += [f"<tr><td><code>{_e(step['sha'][:12])}</code></td><td>{_e(step['verdict'])}</td><td>"
+                + _e("; ".join(f"{row['case_id']} {ratio_text(row['latency_verdict'])}" for row in step["latency"]))
+                + "</td></tr>" for step in steps]
+        out.append("</table>")
     out.append("</section>")
     return out

@@ -143,16 +143,14 @@ def _bisect(doc: Mapping[str, Any]) -> list[str]:
     report = doc.get("bisect")
     if not report:
         return []
+    from harness.reports.bisect_text import TALLY_COLUMNS, failing_lines, headline, p_parts, tally_rows
     lines = ["", "### Bisect", ""]
-    if report.get("culprit"):
-        c = report["culprit"]
-        lines.append(f"**First bad commit**: `{escape(c['sha'][:12])}` {escape(c['subject'])} "
-                     f"({escape(c['author_date'])}), posterior {100 * report['probability']:.2f}% "
-                     f"after {report['runs']} runs")
+    label, culprit, tail = headline(report)
+    if culprit:
+        sha, subject, date = culprit
+        lines.append(f"**{escape(label)}**: `{escape(sha)}` {escape(subject)} ({escape(date)}){tail}")
     else:
-        lines.append(f"**{escape(report['verdict'])}** after {report['runs']} runs "
-                     f"(best {100 * report['probability']:.1f}%)")
-    from harness.reports.bisect_text import failing_lines
+        lines.append(f"**{escape(label)}**{tail}")
     for line in failing_lines(report):              # the tests failing at the culprit and at bad, the warning
         lines += ["", escape(line)]
     failure = report.get("failure")
@@ -165,16 +163,13 @@ def _bisect(doc: Mapping[str, Any]) -> list[str]:
                   f" another bug" if seen.get("before") else "")
         lines += ["", f"Also seen: **{escape(seen['label'])}** at `{where}` (commits "
                       f"{seen['first_index']}..{seen['last_index']}; {seen['runs']} runs){before}"]
-    p = report.get("p") or {}
-    if p.get("sightings"):
-        lines.append("")
-        lines.append(f"Signature {escape(report.get('signature') or '-')}; reproduction probability "
-                     f"{p['mean']:.2f} ({100 * p['level']:.0f}% interval {p['low']:.2f}-{p['high']:.2f})")
-    rows = [[escape(t["sha"][:12]), str(t["runs"]) if not t["skipped"] else "skipped", str(t["sightings"]),
-             "-" if t["posterior"] is None else f"{100 * t['posterior']:.2f}%", escape(t["subject"])]
-            for t in report.get("tally", []) if t["runs"] or t["skipped"]]
+    p = p_parts(report)
+    if p:
+        lines += ["", f"Signature {escape(p[0])}{p[1]}"]
+    rows = [[escape(sha), runs, sightings, posterior, escape(subject)]
+            for sha, runs, sightings, posterior, subject in tally_rows(report)]
     if rows:
-        lines += [""] + _table(["commit", "runs", "sightings", "posterior", "subject"], rows)
+        lines += [""] + _table(TALLY_COLUMNS, rows)
     return lines
 
 

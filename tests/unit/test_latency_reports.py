@@ -88,3 +88,28 @@ def test_a_perf_bisect_document_names_the_first_slow_commit_with_its_ratios():
     assert lines[0] == f"{commits[2].sha} is the first bad commit"
     assert "lpkg-decode: 1.670x (95% CI 1.620-1.720, 6 rounds) SLOWER against good 000000000000" in lines
 
+
+
+def test_a_perf_bisect_page_names_the_first_slow_commit_and_every_step():
+    from harness.refs.latency_bisect import SlowBisect, Step, StepVerdict
+    from harness.refs.git import Commit
+    commits = [Commit(sha=f"{i}" * 40, subject=f"change <{i}>", author_date="2026-12-01T00:00:00+00:00",
+                      author="Dev <d@x>") for i in range(4)]
+    state = SlowBisect(commits[0], commits[1:], 0.1)
+    state.steps = [Step(1, commits[2], StepVerdict.SLOW, (_slow_row(commits[2].sha, 1.67, "SLOWER"),), "c1"),
+                   Step(0, commits[1], StepVerdict.NOT_SLOW, (_slow_row(commits[1].sha, 1.01, "SAME"),), "c2")]
+    state.first_slow, state.candidates = commits[2], [commits[2]]
+    doc = build_document([], started=0.0, devices=["cpu"], command=["harness", "bisect"], kind="latency-bisect",
+                         run_id="r", slower_than=state.to_json())
+    page = render_html(doc)
+    section = page[page.index('<section id="slower-than">'):]
+    section = section[:section.index("</section>")]
+    assert f"<strong>First slow commit</strong>: <code>{commits[2].sha[:12]}</code> change &lt;2&gt;" in section
+    assert "1.670x" in section and "<b>SLOWER</b>" in section       # its ratio against good, as the compare's table
+    assert section.index(commits[2].sha[:12]) < section.index("Steps, in the order they ran")
+    assert "1.010x" in section and "SAME" in section                 # every step
+    assert "<2>" not in page                                          # the subject escaped
+    undecided = SlowBisect(commits[0], commits[1:], 0.1)
+    none = render_html(build_document([], started=0.0, devices=["cpu"], command=["harness", "bisect"],
+                                      kind="latency-bisect", run_id="r", slower_than=undecided.to_json()))
+    assert '<section id="slower-than">' in none and "First slow commit</strong>:" not in none
