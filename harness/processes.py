@@ -276,7 +276,8 @@ def belongs_to(pid: int, worker: str) -> bool:
 # What each process's environment held when first read, by pid and the inode of its /proc/<pid>
 # directory (a new process under a reused pid has a new inode; exec keeps both): the sweep after
 # every case reads only the processes that are new since the last, not every environment of the uid
-# (~30% of the front end's time on a tiny case).  An environment is written once, at exec or fork;
+# (~30% of the front end's time on a tiny case).  /proc/<pid>/environ is what the process was started
+# or exec'd with (it may overwrite that memory, as setproctitle does: what was first read is kept);
 # a process that exec's without the marker after it was seen with it stays marked (it came from a
 # kernel), and one the harness starts is forgotten as it is ``own``ed (its exec comes after the fork
 # a sweep could have read).  One unreadable when first seen (undumpable, another uid's) stays unread:
