@@ -4,6 +4,7 @@ a test committed already failing one commit before the tracked test's real regre
 (tests/pylib_repo.py)."""
 from __future__ import annotations
 
+import html
 import json
 import os
 import subprocess
@@ -33,7 +34,7 @@ def _bisect(lib, tmp_path, *extra):
 
 def test_a_suite_bisect_names_the_earlier_failure_and_warns(lib, tmp_path):
     repo = lib[0]
-    proc = _bisect(lib, tmp_path, "--markdown", str(tmp_path / "b.md"))
+    proc = _bisect(lib, tmp_path, "--markdown", str(tmp_path / "b.md"), "--html", str(tmp_path / "b.html"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"first bad commit: {repo.other}" in proc.stdout
     assert f"failing at culprit: suite::{OTHER}\n" in proc.stdout
@@ -44,6 +45,9 @@ def test_a_suite_bisect_names_the_earlier_failure_and_warns(lib, tmp_path):
     assert f"failed: suite::{TRACKED}, suite::{OTHER}" in step       # the step line names the tests
     md = (tmp_path / "b.md").read_text().replace("\\", "")
     assert f"warning: bad fails tests that the culprit does not: only at bad: suite::{TRACKED}" in md
+    page = html.unescape((tmp_path / "b.html").read_text())      # the page says what the Markdown says
+    assert f"First bad commit</strong>: <code>{repo.other[:12]}</code>" in page
+    assert f"warning: bad fails tests that the culprit does not: only at bad: suite::{TRACKED}" in page
 
 
 @pytest.mark.parametrize("aim", [["--test", "*test_slugify_stateless*"], ["--test", f"suite::{TRACKED}"],
