@@ -21,7 +21,7 @@ from harness.case import Case
 from harness.commands.process import OUTPUT_CAP_BYTES, Sessions
 from harness.commands.runner import Context as CommandContext, run_case as run_command_case, scratch_name
 from harness.devices import Device, Memory, accelerator_memory, host_memory
-from harness.memory_plan import fit_problem, plan
+from harness.memory_plan import MemoryPlan, fit_problem, plan
 from harness.outcomes import Outcome, Result
 from harness.processes import sweep
 from harness.run.golden_process import GoldenProcess
@@ -129,22 +129,23 @@ class Engine:
                 self._host = (now, host_memory())
             return self._host[1]
 
-    def memory_skip_reason(self, case: Case, device: Device) -> str | None:
-        """Why ``case`` cannot fit ``device`` (its memory plan against what is free), before it is sent."""
+    def memory_skip_reason(self, case: Case, device: Device, planned: MemoryPlan | None = None) -> str | None:
+        """Why ``case`` cannot fit ``device`` (its memory plan, ``planned`` when the caller made it,
+        against what is free), before it is sent."""
         host = self._host_memory()
+        planned = planned or plan(case, self.options.worker.golden_dtype)
         if device.kind == "cpu":
-            return fit_problem(plan(case, self.options.worker.golden_dtype), device, host, host)
+            return fit_problem(planned, device, host, host)
         with self._accelerators_lock:   # asked once per run, before the workers allocate
             if self._accelerators is None:
                 self._accelerators = accelerator_memory(self.options.devices, worker_env(self.options.worker, {}))
-        return fit_problem(plan(case, self.options.worker.golden_dtype), device, self._accelerators.get(device), host,
-                           self.options.worker.golden_device)
+        return fit_problem(planned, device, self._accelerators.get(device), host, self.options.worker.golden_device)
 
-    def skip_reason(self, case: Case, device: Device) -> str | None:
+    def skip_reason(self, case: Case, device: Device, planned: MemoryPlan | None = None) -> str | None:
         if case.command is not None:        # no kernel, no golden: nothing to plan memory for
             return tier_skip_reason(case, device, self.options.run_device_tier_on_cpu)
         return (tier_skip_reason(case, device, self.options.run_device_tier_on_cpu)
-                or self.memory_skip_reason(case, device))
+                or self.memory_skip_reason(case, device, planned))
 
     def _prefetch(self, p: Planned, waiting: queue.Queue, device: Device) -> None:
         """Ask for ``p``'s goldens, then for those of the cases waiting next (whichever device
@@ -164,9 +165,10 @@ class Engine:
             with self._asked_lock:
                 if i > 0 and self._asked.get(id(item)) is item:
                     continue              # asked while an earlier case ran: each is planned once here
-            if item.case.command is None and self.skip_reason(item.case, device) is None:
+            planned = plan(item.case, self.options.worker.golden_dtype) if item.case.command is None else None
+            if planned is not None and self.skip_reason(item.case, device, planned) is None:
                 if i > 1:
-                    budget -= plan(item.case, self.options.worker.golden_dtype).golden_share
+                    budget -= planned.golden_share
                     if budget < 0:
                         return            # asked for later, nearer its turn
                 self.goldens.prefetch(item.case)
